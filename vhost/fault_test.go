@@ -1,0 +1,47 @@
+package vhost
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vstellar/vstellar/virtio"
+)
+
+// A front-end that shrinks the file behind a region after mapping it makes
+// the next touch of that memory fault. The fault must break that ring
+// only: the daemon, the connection and the other ring go on.
+func TestShrunkMemoryBreaksOnlyThatRing(t *testing.T) {
+	dev := newEchoDevice(t)
+	b := NewBackend(dev, Options{})
+	s := serve(t, b)
+	g := newTestGuest(t, s.fe)
+	g.handshake()
+	g.start(8)
+
+	// Queue a request whose buffers live in the high region...
+	in, out := uint64(highGPA), uint64(highGPA+4096)
+	v, _ := g.mem.Translate(in, 4)
+	v.CopyIn(0, []byte("boom"))
+	if _, err := g.qs[0].Add([]virtio.Buffer{{Addr: in, Len: 4}}, []virtio.Buffer{{Addr: out, Len: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	// ...then cut the high region out of the file and kick.
+	if err := unix.Ftruncate(g.memfd, regionSize); err != nil {
+		t.Fatal(err)
+	}
+	g.qs[0].Publish()
+	g.doKick(0)
+	waitEvent(t, g.errfd[0])
+	if b.Stats().BrokenQueues.Load() != 1 {
+		t.Fatalf("broken queues = %d", b.Stats().BrokenQueues.Load())
+	}
+	if got := g.request(1, []byte{0x55}); !bytes.Equal(got, []byte{0xaa}) {
+		t.Fatalf("queue 1 after the fault: %x", got)
+	}
+	if st := binary.LittleEndian.Uint64(s.fe.call(uint32(ReqGetStatus), nil)); st&uint64(virtio.StatusDeviceNeedsReset) == 0 {
+		t.Fatalf("status %#x lacks DEVICE_NEEDS_RESET", st)
+	}
+}

@@ -1,0 +1,119 @@
+package vhost
+
+import (
+	"fmt"
+
+	"github.com/vstellar/vstellar/guestmem"
+)
+
+// Guest memory handlers. Every change builds a new guestmem.Table, moves
+// the rings onto it with all ring workers quiesced, and only then unmaps
+// what the old table held: a worker never sees memory disappear under it.
+// A change that would leave a configured ring outside guest memory is
+// refused and leaves everything as it was.
+
+func (s *session) mapRegion(r MemRegion, fd int) (guestmem.Region, error) {
+	mp, err := guestmem.Map(fd, r.MmapOffset, r.Size)
+	if err != nil {
+		return guestmem.Region{}, fmt.Errorf("region %+v: %w", r, err)
+	}
+	return guestmem.Region{
+		GuestPhys: r.GuestPhys, Size: r.Size, UserAddr: r.UserAddr, MmapOffset: r.MmapOffset, Mapping: mp,
+	}, nil
+}
+
+func unmapRegions(rs []guestmem.Region) {
+	for _, r := range rs {
+		r.Mapping.Unmap()
+	}
+}
+
+func (s *session) unmapAll(t *guestmem.Table) { unmapRegions(t.Regions()) }
+
+// swapMemory installs t, re-translating every configured ring against it,
+// and returns the table it replaced.
+func (s *session) swapMemory(t *guestmem.Table) (*guestmem.Table, error) {
+	s.lockRings()
+	defer s.unlockRings()
+	old := s.mem.Load()
+	for i, r := range s.rings {
+		if err := r.retranslate(t); err != nil {
+			for _, back := range s.rings[:i] {
+				back.retranslate(old) // worked before, works again
+			}
+			return nil, err
+		}
+	}
+	s.mem.Store(t)
+	return old, nil
+}
+
+func (s *session) setMemTable(m *Message) ([]byte, error) {
+	regs, err := decodeMemTable(m.Payload)
+	if err != nil {
+		return nil, err
+	}
+	if len(regs) != m.NumFDs() {
+		return nil, badPayload("%d regions but %d file descriptors", len(regs), m.NumFDs())
+	}
+	var mapped []guestmem.Region
+	for i, r := range regs {
+		gr, err := s.mapRegion(r, m.fds[i])
+		if err != nil {
+			unmapRegions(mapped)
+			return nil, err
+		}
+		mapped = append(mapped, gr)
+	}
+	t, err := guestmem.NewTable(mapped)
+	var old *guestmem.Table
+	if err == nil {
+		old, err = s.swapMemory(t)
+	}
+	if err != nil {
+		unmapRegions(mapped)
+		return nil, fmt.Errorf("memory table: %w", err)
+	}
+	s.unmapAll(old) // no ring can reach it any more
+	return nil, nil
+}
+
+func (s *session) addMemReg(m *Message) ([]byte, error) {
+	r, err := decodeSingleMemRegion(m.Payload)
+	if err != nil {
+		return nil, err
+	}
+	cur := s.mem.Load()
+	if uint64(cur.Len()) >= s.b.opts.MaxMemSlots {
+		return nil, fmt.Errorf("memory table is full (%d slots)", s.b.opts.MaxMemSlots)
+	}
+	gr, err := s.mapRegion(r, m.fds[0])
+	if err != nil {
+		return nil, err
+	}
+	t, err := cur.With(gr)
+	if err == nil {
+		_, err = s.swapMemory(t)
+	}
+	if err != nil {
+		gr.Mapping.Unmap()
+		return nil, fmt.Errorf("add region: %w", err)
+	}
+	return nil, nil
+}
+
+func (s *session) remMemReg(m *Message) ([]byte, error) {
+	r, err := decodeSingleMemRegion(m.Payload)
+	if err != nil {
+		return nil, err
+	}
+	t, gone, err := s.mem.Load().Without(r.GuestPhys, r.Size, r.UserAddr)
+	if err != nil {
+		return nil, fmt.Errorf("remove region: %w", err)
+	}
+	if _, err := s.swapMemory(t); err != nil {
+		return nil, fmt.Errorf("remove region %v: %w", gone, err)
+	}
+	gone.Mapping.Unmap()
+	return nil, nil
+}

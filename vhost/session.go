@@ -1,0 +1,179 @@
+package vhost
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/virtio"
+)
+
+// session is the state of one front-end connection. Its fields are owned
+// by the connection goroutine; ring workers see only what each vring hands
+// them under the vring's lock, and the active flag.
+type session struct {
+	b    *Backend
+	dev  Device
+	log  *slog.Logger
+	conn *conn
+	ctx  context.Context
+
+	features    uint64 // acked virtio features, including bit 30
+	featuresSet bool
+	proto       atomic.Uint64 // acked protocol features
+	owner       bool
+
+	statusMu sync.Mutex
+	status   virtio.Status
+
+	mem     atomic.Pointer[guestmem.Table]
+	rings   []*vring
+	channel atomic.Pointer[channel] // back-end channel, or nil
+	inflt   *inflight
+
+	// active: the device has been activated and its rings may be
+	// serviced. Changed only with every ring's lock held.
+	active atomic.Bool
+
+	replyFDs   []int
+	afterReply []func()
+}
+
+func newSession(b *Backend, c *net.UnixConn) *session {
+	s := &session{b: b, dev: b.dev, log: b.log, conn: newConn(c)}
+	s.rings = make([]*vring, b.dev.NumQueues())
+	for i := range s.rings {
+		s.rings[i] = newVring(s, i)
+	}
+	return s
+}
+
+// run reads and dispatches messages until the connection ends.
+func (s *session) run(ctx context.Context) error {
+	s.ctx = ctx
+	for {
+		m, err := s.conn.read()
+		if err != nil {
+			return err
+		}
+		s.b.stats.Messages.Add(1)
+		if err := s.dispatch(m); err != nil {
+			return err
+		}
+	}
+}
+
+// teardown releases everything the connection held. The device is
+// deactivated without a reset: its state waits for a reconnect.
+func (s *session) teardown() {
+	s.stopAllRings()
+	s.deactivate(false)
+	for _, r := range s.rings {
+		r.release()
+	}
+	s.unmapAll(s.mem.Swap(nil))
+	if ch := s.channel.Swap(nil); ch != nil {
+		ch.close()
+	}
+	if s.inflt != nil {
+		s.inflt.close()
+	}
+	closeAll(s.replyFDs)
+	s.conn.close()
+}
+
+func (s *session) protoFeatures() uint64 { return s.proto.Load() }
+
+func (s *session) hasProto(f ProtocolFeature) bool { return s.protoFeatures()&f.Mask() != 0 }
+
+func (s *session) takeReplyFDs() []int {
+	fds := s.replyFDs
+	s.replyFDs = nil
+	return fds
+}
+
+func (s *session) after(f func()) { s.afterReply = append(s.afterReply, f) }
+
+func (s *session) runAfterReply() {
+	fs := s.afterReply
+	s.afterReply = nil
+	for _, f := range fs {
+		f()
+	}
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// lockRings takes every ring's processing lock, so no ProcessQueue call is
+// running when it returns.
+func (s *session) lockRings() {
+	for _, r := range s.rings {
+		r.mu.Lock()
+	}
+}
+
+func (s *session) unlockRings() {
+	for _, r := range s.rings {
+		r.mu.Unlock()
+	}
+}
+
+// activate starts the device once the driver is ready, then wakes every
+// ring so buffers queued before activation are serviced.
+func (s *session) activate() {
+	if s.active.Load() {
+		return
+	}
+	if err := s.dev.Activate(s.ctx, s); err != nil {
+		s.log.Error("device activation failed", "err", err)
+		s.markNeedsReset()
+		return
+	}
+	s.lockRings()
+	s.active.Store(true)
+	s.unlockRings()
+	for _, r := range s.rings {
+		r.wakeup()
+	}
+	s.log.Info("device active", "features", s.features, "protocol_features", s.protoFeatures())
+}
+
+// deactivate stops the device being live; with reset it also drops the
+// device's state.
+func (s *session) deactivate(reset bool) {
+	s.lockRings()
+	was := s.active.Swap(false)
+	s.unlockRings()
+	if was || reset {
+		s.dev.Deactivate(reset)
+	}
+}
+
+// Env, as seen by the device.
+
+func (s *session) AckedFeatures() uint64 { return s.features &^ FeatureProtocolFeatures }
+
+func (s *session) Memory() *guestmem.Table { return s.mem.Load() }
+
+func (s *session) MapShmem(ctx context.Context, m ShmemMapping, fd int) error {
+	return s.shmem(ctx, BackendShmemMap, m, fd)
+}
+
+func (s *session) UnmapShmem(ctx context.Context, m ShmemMapping) error {
+	return s.shmem(ctx, BackendShmemUnmap, m, -1)
+}
+
+func (s *session) ConfigChanged(ctx context.Context) error { return s.sendConfigChange(ctx) }
+
+var _ Env = (*session)(nil)
