@@ -1,0 +1,442 @@
+package vmm
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/vhost/frontend"
+)
+
+// Request codes as literals, so these expectations restate QEMU's order
+// independently of package frontend.
+const (
+	getFeatures         = 1
+	setFeatures         = 2
+	setOwner            = 3
+	setMemTable         = 5
+	setVringNum         = 8
+	setVringAddr        = 9
+	setVringBase        = 10
+	getVringBase        = 11
+	setVringKick        = 12
+	setVringCall        = 13
+	setVringErr         = 14
+	getProtocolFeatures = 15
+	setProtocolFeatures = 16
+	getQueueNum         = 17
+	setVringEnable      = 18
+	setBackendReqFD     = 21
+	getConfig           = 24
+	getMaxMemSlots      = 36
+	addMemReg           = 37
+	setStatus           = 39
+	getStatus           = 40
+	getShmemConfig      = 44
+)
+
+func connectOrder(nq int) []uint32 {
+	o := []uint32{getFeatures, getProtocolFeatures, setProtocolFeatures, getQueueNum, getMaxMemSlots,
+		setBackendReqFD, setOwner, getFeatures}
+	for range nq {
+		o = append(o, setVringCall, setVringErr)
+	}
+	return append(o, getShmemConfig)
+}
+
+func startOrder(nq int, mem ...uint32) []uint32 {
+	o := []uint32{setFeatures, getStatus, setStatus}
+	o = append(o, mem...)
+	for range nq {
+		o = append(o, setVringNum, setVringBase, setVringAddr, setVringKick, setVringCall)
+	}
+	for range nq {
+		o = append(o, setVringEnable)
+	}
+	return append(o, getStatus, setStatus)
+}
+
+func stopOrder(nq int) []uint32 {
+	var o []uint32
+	for range nq {
+		o = append(o, setVringEnable)
+	}
+	for range nq {
+		o = append(o, getVringBase)
+	}
+	return append(o, setStatus)
+}
+
+// checkOrder waits until the back-end has logged as many requests as want
+// (requests without a reply, like SET_STATUS, may still be in flight), then
+// compares and clears the log.
+func (b *fakeBackend) checkOrder(t *testing.T, what string, want []uint32) {
+	t.Helper()
+	for range 200 {
+		b.mu.Lock()
+		n := len(b.log)
+		b.mu.Unlock()
+		if n >= len(want) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(5 * time.Millisecond) // and nothing more arrives
+	got := b.take()
+	if !slices.Equal(got, want) {
+		t.Errorf("%s order\n got %v\nwant %v", what, got, want)
+	}
+}
+
+func newVM(t *testing.T, be *fakeBackend, cfg Config) *VM {
+	t.Helper()
+	cfg.SocketPath = be.path
+	if cfg.MemSize == 0 {
+		cfg.MemSize = 64 << 20
+	}
+	if cfg.NumQueues == 0 {
+		cfg.NumQueues = 2
+	}
+	if cfg.QueueSize == 0 {
+		cfg.QueueSize = 64
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	vm, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	return vm
+}
+
+func ctx10(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestLifecycleOrder(t *testing.T) {
+	ctx := ctx10(t)
+	be := newFakeBackend(t, 2)
+	vm := newVM(t, be, Config{ConfigSize: 16})
+	be.checkOrder(t, "connect", connectOrder(2))
+
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.checkOrder(t, "DRIVER_OK", startOrder(2, setMemTable))
+	if got := vm.AckedFeatures(); got != 1<<32|1<<29|1<<28|1<<0 {
+		t.Errorf("acked %#x", got)
+	}
+	be.mu.Lock()
+	status := be.status
+	be.mu.Unlock()
+	if status != 0xf { // QEMU: GET_STATUS/SET_STATUS(s|FEATURES_OK), then s|ACK|DRIVER|DRIVER_OK
+		t.Errorf("back-end status %#x after start, want 0xf", status)
+	}
+
+	for i, msg := range []string{"hello", "vstellar", "x"} {
+		got, err := vm.Request(ctx, 0, []byte(msg), 64)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if string(got) != strings.ToUpper(msg) {
+			t.Errorf("request %d: %q", i, got)
+		}
+	}
+	cfg, err := vm.ReadConfig(ctx)
+	if err != nil || string(cfg) != "cfg!cfg!cfg!cfg!" {
+		t.Errorf("config %q, %v", cfg, err)
+	}
+	be.take()
+
+	if err := vm.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.checkOrder(t, "stop", stopOrder(2))
+	if avail, known := vm.LastAvail(0); avail != 3 || !known {
+		t.Errorf("last avail %d (from GET_VRING_BASE: %v), want 3", avail, known)
+	}
+	// Restart without reset resumes at the remembered index.
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.checkOrder(t, "restart", startOrder(2, setMemTable))
+	if b := be.base(0); b != 3 {
+		t.Errorf("SET_VRING_BASE %d after restart, want 3", b)
+	}
+	if got, err := vm.Request(ctx, 0, []byte("again"), 8); err != nil || string(got) != "AGAIN" {
+		t.Errorf("request after restart: %q, %v", got, err)
+	}
+	be.take()
+	// Reset: stop, then a fresh driver start at index 0.
+	if err := vm.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.checkOrder(t, "reset", stopOrder(2))
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.take()
+	if b := be.base(0); b != 0 {
+		t.Errorf("SET_VRING_BASE %d after reset, want 0", b)
+	}
+	if got, err := vm.Request(ctx, 0, []byte("fresh"), 8); err != nil || string(got) != "FRESH" {
+		t.Errorf("request after reset: %q, %v", got, err)
+	}
+}
+
+func TestAddMemReg(t *testing.T) {
+	ctx := ctx10(t)
+	be := newFakeBackend(t, 1)
+	vm := newVM(t, be, Config{NumQueues: 1, MemSize: 3 << 30, UseAddMemReg: true})
+	be.take()
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.checkOrder(t, "DRIVER_OK", startOrder(1, addMemReg, addMemReg))
+	if _, err := vm.Request(ctx, 0, []byte("abc"), 3); err != nil {
+		t.Fatal(err)
+	}
+	be.take()
+	if err := vm.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.checkOrder(t, "stop", stopOrder(1))
+	// QEMU's shadow table: the regions are already there on this connection.
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.checkOrder(t, "restart", startOrder(1))
+}
+
+func TestLargeVMLayout(t *testing.T) {
+	ctx := ctx10(t)
+	be := newFakeBackend(t, 1)
+	vm := newVM(t, be, Config{NumQueues: 1, MemSize: 3 << 30})
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rs := be.memRegions()
+	if len(rs) != 2 {
+		t.Fatalf("back-end got %d regions", len(rs))
+	}
+	base := vm.Regions()[0].UserAddr
+	want := []fakeRegion{
+		{GPA: 0, Size: 2 << 30, UVA: base, Off: 0},
+		{GPA: 4 << 30, Size: 1 << 30, UVA: base + 2<<30, Off: 2 << 30},
+	}
+	for i := range want {
+		got := rs[i]
+		got.m = nil
+		if got != want[i] {
+			t.Errorf("region %d: %+v, want %+v", i, got, want[i])
+		}
+	}
+	// Bytes the back-end writes at GPA 4 GiB + 1 MiB appear there in the
+	// guest, and the guest's bytes at GPA 1 GiB in the back-end.
+	rs[1].m.View().PutUint64(1<<20, 0xfeedface)
+	v, err := vm.Memory().Translate(4<<30+1<<20, 8)
+	if err != nil || v.Uint64(0) != 0xfeedface {
+		t.Errorf("high RAM mismatch: %v", err)
+	}
+	g, _ := vm.Memory().Translate(1<<30, 8)
+	g.PutUint64(0, 0x1234)
+	if rs[0].m.View().Uint64(1<<30) != 0x1234 {
+		t.Error("low RAM mismatch")
+	}
+	if _, err := vm.Memory().Translate(3<<30, 8); err == nil {
+		t.Error("GPA 3 GiB (the PCI hole) translates")
+	}
+	if got, err := vm.Request(ctx, 0, []byte("big"), 3); err != nil || string(got) != "BIG" {
+		t.Errorf("request: %q %v", got, err)
+	}
+}
+
+func rss(t *testing.T) uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	pages, _ := strconv.ParseUint(f[1], 10, 64)
+	return pages * guestmem.PageSize()
+}
+
+func TestHugeVMIsCheap(t *testing.T) {
+	ctx := ctx10(t)
+	be := newFakeBackend(t, 1)
+	before := rss(t)
+	start := time.Now()
+	vm := newVM(t, be, Config{NumQueues: 1, MemSize: 16 << 30})
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	grown := int64(rss(t)) - int64(before)
+	t.Logf("16 GiB VM up in %v, RSS +%d KiB", elapsed, grown>>10)
+	if elapsed > 2*time.Second {
+		t.Errorf("16 GiB VM took %v", elapsed)
+	}
+	if grown > 8<<20 {
+		t.Errorf("RSS grew by %d MiB", grown>>20)
+	}
+	if len(be.memRegions()) != 2 || be.memRegions()[1].Size != 14<<30 {
+		t.Errorf("regions %+v", be.memRegions())
+	}
+}
+
+func TestReconnect(t *testing.T) {
+	ctx := ctx10(t)
+	be := newFakeBackend(t, 1)
+	vm := newVM(t, be, Config{NumQueues: 1})
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := vm.Request(ctx, 0, []byte("a"), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The back-end dies without answering GET_VRING_BASE.
+	be.drop()
+	be.take()
+	if err := vm.Reconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if avail, known := vm.LastAvail(0); avail != 3 || known {
+		t.Errorf("last avail %d known %v, want used idx 3", avail, known)
+	}
+	be.checkOrder(t, "reconnect", append(connectOrder(1), startOrder(1, setMemTable)...))
+	if b := be.base(0); b != 3 {
+		t.Errorf("SET_VRING_BASE %d, want 3", b)
+	}
+	if got, err := vm.Request(ctx, 0, []byte("after"), 5); err != nil || string(got) != "AFTER" {
+		t.Errorf("request after reconnect: %q %v", got, err)
+	}
+	// A clean stop, then reconnect: the GET_VRING_BASE answer is used, and
+	// since the guest had DRIVER_OK the device is started again.
+	be.take()
+	if err := vm.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.checkOrder(t, "stop", stopOrder(1))
+	if avail, known := vm.LastAvail(0); avail != 4 || !known {
+		t.Errorf("last avail %d known %v, want 4 from GET_VRING_BASE", avail, known)
+	}
+	if err := vm.Reconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.checkOrder(t, "reconnect after stop", append(connectOrder(1), startOrder(1, setMemTable)...))
+	if b := be.base(0); b != 4 {
+		t.Errorf("SET_VRING_BASE %d, want 4", b)
+	}
+}
+
+func TestShmemAndConfigChange(t *testing.T) {
+	ctx := ctx10(t)
+	be := newFakeBackend(t, 1)
+	vm := newVM(t, be, Config{NumQueues: 1})
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ps := guestmem.PageSize()
+	mfd, err := unix.MemfdCreate("doorbell", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(mfd)
+	unix.Ftruncate(mfd, int64(ps))
+	host, err := guestmem.Map(mfd, 0, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Unmap()
+	ch := be.channel()
+	mm := frontend.ShmemMapping{ShmID: 0, ShmOffset: ps, Len: ps, Flags: frontend.ShmemMapRW}.Encode()
+	if err := fakeWrite(ch, 9, 0x9, mm, []int{mfd}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := fakeRead(ch)
+	if err != nil || r.req != 9 || r.flags != 0x5 || ne.Uint64(r.p) != 0 {
+		t.Fatalf("SHMEM_MAP reply %+v %v", r, err)
+	}
+	host.View().PutUint32(0, 0xd00b)
+	v, err := vm.ShmemMapped(0, ps, ps)
+	if err != nil || v.LoadUint32Acquire(0) != 0xd00b {
+		t.Errorf("guest view of the doorbell page: %v", err)
+	}
+	if vm.Shmem(0).Len() != 64<<10 {
+		t.Errorf("region 0 is %d bytes", vm.Shmem(0).Len())
+	}
+	if err := fakeWrite(ch, 2, 0x1, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-vm.ConfigChanges():
+	case <-time.After(2 * time.Second):
+		t.Error("no config change")
+	}
+	if err := vm.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vm.ShmemMapped(0, ps, ps); err == nil {
+		t.Error("mapping survived reset")
+	}
+}
+
+func TestCloseReleasesEverything(t *testing.T) {
+	ctx := ctx10(t)
+	be := newFakeBackend(t, 2)
+	fds := func() int {
+		es, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es)
+	}
+	before := fds()
+	cfg := Config{SocketPath: be.path, MemSize: 3 << 30, NumQueues: 2, QueueSize: 64}
+	vm, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vm.Request(ctx, 1, []byte("q1"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Reconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vm.Close()
+	vm.Close()
+	be.drop() // the fake back-end lets go of what it received
+	waitFor(t, "fds to return to the baseline", func() bool { return fds() == before })
+}
+
+func TestBadConfig(t *testing.T) {
+	ctx := ctx10(t)
+	be := newFakeBackend(t, 1)
+	for _, cfg := range []Config{
+		{SocketPath: be.path, MemSize: 64 << 20, NumQueues: 0, QueueSize: 64},
+		{SocketPath: be.path, MemSize: 64 << 20, NumQueues: 1, QueueSize: 48},
+		{SocketPath: be.path, MemSize: 12345, NumQueues: 1, QueueSize: 64},
+		{SocketPath: be.path, MemSize: 64 << 20, NumQueues: 4, QueueSize: 64}, // back-end has 1
+		{SocketPath: be.path + ".missing", MemSize: 64 << 20, NumQueues: 1, QueueSize: 64},
+	} {
+		if vm, err := New(ctx, cfg); err == nil {
+			vm.Close()
+			t.Errorf("New(%+v) succeeded", cfg)
+		}
+	}
+}
