@@ -1,0 +1,137 @@
+package abi
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func req(op Opcode, flags uint32, payload ...byte) []byte {
+	b, _ := RequestHeader{Opcode: op, Flags: flags}.AppendBinary(nil)
+	return append(b, payload...)
+}
+
+func TestDecodeRequest(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		in     []byte
+		err    error
+		status Status
+	}{
+		{"query device", req(OpQueryDevice, 0), nil, StatusOK},
+		{"empty", nil, ErrShortBuffer, StatusInvalidArgument},
+		{"short header", []byte{1, 0, 0}, ErrShortBuffer, StatusInvalidArgument},
+		{"flags", req(OpQueryDevice, 1), ErrReservedNonZero, StatusInvalidArgument},
+		{"high flag", req(OpQueryDevice, 1<<31), ErrReservedNonZero, StatusInvalidArgument},
+		{"opcode 0", req(0, 0), ErrUnknownOpcode, StatusInvalidOpcode},
+		{"opcode past end", req(opLast+1, 0), ErrUnknownOpcode, StatusInvalidOpcode},
+		{"opcode max", req(0xffffffff, 0), ErrUnknownOpcode, StatusInvalidOpcode},
+		{"trailing bytes", req(OpQueryDevice, 0, 1), ErrBadLength, StatusInvalidArgument},
+		{"oversized", req(OpQueryDevice, 0, make([]byte, MaxRequestSize)...), ErrBadLength, StatusInvalidArgument},
+		{"unspecified opcode any payload", req(OpCreateQP, 0, 1, 2, 3), nil, StatusOK},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := DecodeRequest(c.in)
+			if !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
+				t.Fatalf("err = %v, want %v", err, c.err)
+			}
+			if got := StatusFor(err); got != c.status {
+				t.Errorf("StatusFor = %v, want %v", got, c.status)
+			}
+			if err == nil && !bytes.Equal(AppendRequest(nil, r.Header.Opcode, r.Payload), c.in) {
+				t.Errorf("re-encoding differs")
+			}
+		})
+	}
+	// The header is returned with ErrUnknownOpcode so the device can count it.
+	r, _ := DecodeRequest(req(77, 0))
+	if r.Header.Opcode != 77 {
+		t.Errorf("opcode not reported: %v", r.Header.Opcode)
+	}
+}
+
+func TestDecodeResponse(t *testing.T) {
+	s, p, err := DecodeResponse(AppendResponse(nil, StatusNotFound, []byte{9, 9}))
+	if err != nil || s != StatusNotFound || !bytes.Equal(p, []byte{9, 9}) {
+		t.Fatalf("got %v %x %v", s, p, err)
+	}
+	if _, _, err := DecodeResponse([]byte{0, 0, 0}); !errors.Is(err, ErrShortBuffer) {
+		t.Fatalf("short response: %v", err)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	seen := map[string]bool{}
+	for s := StatusOK; s.Known(); s++ {
+		n := s.String()
+		if seen[n] || n == "" {
+			t.Errorf("status %d name %q duplicate or empty", s, n)
+		}
+		seen[n] = true
+	}
+	if len(seen) != 12 {
+		t.Errorf("%d statuses, want 12 (update docs/spec.md when adding one)", len(seen))
+	}
+	if Status(99).String() != "STATUS_99" || Status(99).Known() {
+		t.Errorf("unknown status: %v", Status(99))
+	}
+	if CheckStatus(OpQueryDevice, StatusOK) != nil {
+		t.Fatal("OK is an error")
+	}
+	err := CheckStatus(OpAllocPD, StatusNoResources)
+	if !errors.Is(err, StatusNoResources) || errors.Is(err, StatusNotFound) {
+		t.Errorf("errors.Is on %v", err)
+	}
+	var se *StatusError
+	if !errors.As(err, &se) || se.Op != OpAllocPD || err.Error() != "vstellar ALLOC_PD: NO_RESOURCES" {
+		t.Errorf("StatusError %v", err)
+	}
+	if StatusFor(errors.New("disk on fire")) != StatusDeviceError {
+		t.Error("foreign errors must be DEVICE_ERROR")
+	}
+	if StatusFor(err) != StatusNoResources {
+		t.Error("StatusFor does not see through StatusError")
+	}
+}
+
+func TestOpcodes(t *testing.T) {
+	ops := Opcodes()
+	if len(ops) != 19 || ops[0] != OpQueryDevice || ops[len(ops)-1] != OpSetDoorbellArea {
+		t.Fatalf("opcodes %v", ops)
+	}
+	names := map[string]bool{}
+	for _, op := range ops {
+		if !op.Known() || names[op.String()] {
+			t.Errorf("%d: %q", op, op)
+		}
+		names[op.String()] = true
+		if op.Specified() != (op == OpQueryDevice) {
+			t.Errorf("%v specified = %v", op, op.Specified())
+		}
+	}
+	if n, ok := OpQueryDevice.ResponseSize(); !ok || n != DeviceAttrSize {
+		t.Errorf("QUERY_DEVICE response size %d %v", n, ok)
+	}
+	if _, ok := OpCreateQP.RequestSize(); ok {
+		t.Errorf("CREATE_QP request size specified")
+	}
+	if Opcode(0).Known() || Opcode(0).String() != "OPCODE_0" {
+		t.Errorf("opcode 0")
+	}
+}
+
+func TestFeatures(t *testing.T) {
+	m := FeatureMask(FeatureShmemDoorbell, FeatureEventQueue)
+	if m != 3 || !FeatureEventQueue.In(m) || FeatureRC.In(m) {
+		t.Fatalf("mask %#x", m)
+	}
+	if FeatureString(m) != "SHMEM_DOORBELL|EVENT_QUEUE" || FeatureString(0) != "none" {
+		t.Errorf("FeatureString %q", FeatureString(m))
+	}
+	if Feature(24).Mask() != 0 || Feature(24).In(1<<24) {
+		t.Errorf("bit 24 is not a device bit")
+	}
+	if DeviceFeatureBits != 0xffffff {
+		t.Errorf("DeviceFeatureBits %#x", DeviceFeatureBits)
+	}
+}

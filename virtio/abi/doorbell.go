@@ -1,0 +1,102 @@
+package abi
+
+import "fmt"
+
+// The doorbell region is shared memory region DoorbellShmID of the device:
+// a memfd the device maps into the guest with SHMEM_MAP, separate from guest
+// RAM, so doorbells never sit in memory that PVDMA pins or that the guest
+// could reuse for DMA buffers (the stale-2-MiB-pin hazard of Stellar's first
+// design). Its layout:
+//
+//	[0, RecordsOffset)                      device page: engine state the
+//	                                        device writes and the driver
+//	                                        reads (idle flag, wake-up
+//	                                        protocol); zero until the data
+//	                                        path defines it
+//	[RecordsOffset, +Records*RecordSize)    doorbell records, one per QP and
+//	                                        per CQ, handed out by CREATE_QP
+//	                                        and CREATE_CQ by index
+//	rest up to Pages*PageSize               unused, zero
+//
+// Each record has a cache line of its own so that the guest ringing one
+// QP's doorbell does not bounce the line the engine polls for another.
+const (
+	DoorbellShmID      = 0
+	DoorbellRecordSize = 64
+	// DoorbellMinPageSize is the smallest doorbell page. Region pages are
+	// the host page size if larger, so that the region is mappable.
+	DoorbellMinPageSize = 4096
+)
+
+// DoorbellLayout is the geometry of the doorbell region, as config space
+// advertises it.
+type DoorbellLayout struct {
+	ShmID         uint8  // shared memory region id (always DoorbellShmID in v1)
+	RecordSize    uint16 // bytes per doorbell record
+	PageSize      uint32 // region page size; the region is Pages*PageSize bytes
+	Pages         uint32 // region size in pages
+	RecordsOffset uint32 // offset of record 0 (after the device page)
+	Records       uint32 // number of records
+}
+
+// NewDoorbellLayout sizes the region for limits: one record per QP and
+// per CQ after one device page. hostPageSize is the host's mmap page size
+// (a power of two).
+func NewDoorbellLayout(l Limits, hostPageSize uint64) (DoorbellLayout, error) {
+	if err := l.Validate(); err != nil {
+		return DoorbellLayout{}, err
+	}
+	ps := uint64(DoorbellMinPageSize)
+	if hostPageSize > ps {
+		ps = hostPageSize
+	}
+	if ps&(ps-1) != 0 || ps > 1<<30 {
+		return DoorbellLayout{}, fmt.Errorf("page size %d: %w", hostPageSize, ErrBadValue)
+	}
+	records := uint64(l.MaxQP) + uint64(l.MaxCQ) // at most 2^19: no overflow below
+	size := ps + records*DoorbellRecordSize
+	pages := (size + ps - 1) / ps
+	d := DoorbellLayout{
+		ShmID:         DoorbellShmID,
+		RecordSize:    DoorbellRecordSize,
+		PageSize:      uint32(ps),
+		Pages:         uint32(pages),
+		RecordsOffset: uint32(ps),
+		Records:       uint32(records),
+	}
+	return d, d.Validate()
+}
+
+// Size is the region's size in bytes.
+func (d DoorbellLayout) Size() uint64 { return uint64(d.PageSize) * uint64(d.Pages) }
+
+// Validate checks a layout read from config space: a power-of-two page
+// size of at least DoorbellMinPageSize, power-of-two records of at least 8
+// bytes, a records array that starts after the device page, and that fits
+// in the region.
+func (d DoorbellLayout) Validate() error {
+	ps, rs := uint64(d.PageSize), uint64(d.RecordSize)
+	switch {
+	case ps < DoorbellMinPageSize || ps&(ps-1) != 0:
+		return fmt.Errorf("doorbell page size %d: %w", ps, ErrBadValue)
+	case rs < 8 || rs&(rs-1) != 0 || rs > ps:
+		return fmt.Errorf("doorbell record size %d: %w", rs, ErrBadValue)
+	case d.Pages == 0:
+		return fmt.Errorf("doorbell region of 0 pages: %w", ErrBadValue)
+	case uint64(d.RecordsOffset) < ps || uint64(d.RecordsOffset)%rs != 0:
+		return fmt.Errorf("doorbell records offset %d: %w", d.RecordsOffset, ErrBadValue)
+	case uint64(d.RecordsOffset)+uint64(d.Records)*rs > d.Size():
+		return fmt.Errorf("%d doorbell records of %d bytes at %d overflow a %d-byte region: %w",
+			d.Records, rs, d.RecordsOffset, d.Size(), ErrBadValue)
+	}
+	return nil
+}
+
+// RecordOffset is the byte offset of record i in the region; ok is false
+// when i is not a record of this layout (i may be hostile).
+func (d DoorbellLayout) RecordOffset(i uint32) (off uint64, ok bool) {
+	if i >= d.Records {
+		return 0, false
+	}
+	return uint64(d.RecordsOffset) + uint64(i)*uint64(d.RecordSize), true
+}

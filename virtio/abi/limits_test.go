@@ -1,0 +1,71 @@
+package abi
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestLimits(t *testing.T) {
+	if err := DefaultLimits.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if err := CeilingLimits.Validate(); err != nil {
+		t.Fatalf("ceilings: %v", err)
+	}
+	if (Limits{}).WithDefaults() != DefaultLimits {
+		t.Fatal("zero limits do not become the defaults")
+	}
+	l := Limits{MaxQP: 10000}.WithDefaults()
+	if l.MaxQP != 10000 || l.MaxCQ != DefaultLimits.MaxCQ {
+		t.Fatalf("WithDefaults %+v", l)
+	}
+	if err := (Limits{}).Validate(); !errors.Is(err, ErrBadValue) {
+		t.Fatalf("zero limits validate: %v", err)
+	}
+	over := DefaultLimits
+	over.MaxQP = CeilingLimits.MaxQP + 1
+	if err := over.Validate(); err == nil {
+		t.Fatal("limit above ceiling validated")
+	}
+	no4k := DefaultLimits
+	no4k.PageSizeCap = 1 << 21
+	if err := no4k.Validate(); err == nil {
+		t.Fatal("page_size_cap without 4 KiB validated")
+	}
+}
+
+func TestDoorbellLayout(t *testing.T) {
+	d, err := NewDoorbellLayout(DefaultLimits, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4096 + 8192 records * 64 bytes = 4096 + 524288 = 129 pages.
+	want := DoorbellLayout{ShmID: 0, RecordSize: 64, PageSize: 4096, Pages: 129, RecordsOffset: 4096, Records: 8192}
+	if d != want || d.Size() != 129*4096 {
+		t.Fatalf("layout %+v", d)
+	}
+	if off, ok := d.RecordOffset(0); !ok || off != 4096 {
+		t.Errorf("record 0 at %d %v", off, ok)
+	}
+	if off, ok := d.RecordOffset(8191); !ok || off+64 > d.Size() {
+		t.Errorf("last record at %d %v", off, ok)
+	}
+	for _, i := range []uint32{8192, 1 << 31, ^uint32(0)} {
+		if _, ok := d.RecordOffset(i); ok {
+			t.Errorf("record %d accepted", i)
+		}
+	}
+	big, err := NewDoorbellLayout(CeilingLimits, 65536)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if big.PageSize != 65536 || big.Size()%65536 != 0 || big.Size() < 65536+(1<<19)*64 {
+		t.Errorf("64 KiB pages: %+v", big)
+	}
+	if _, err := NewDoorbellLayout(DefaultLimits, 12288); err == nil {
+		t.Error("non-power-of-two page size accepted")
+	}
+	if _, err := NewDoorbellLayout(Limits{}, 4096); err == nil {
+		t.Error("zero limits accepted")
+	}
+}
