@@ -224,10 +224,16 @@ func (g *testGuest) request(q int, data []byte) []byte {
 	if g.qs[q].Publish() {
 		g.doKick(q)
 	}
-	waitEvent(g.t, g.call[q])
-	h, n, ok := g.qs[q].GetUsed()
-	if !ok || h != head {
-		g.t.Fatalf("used: head %d ok %v, want head %d", h, ok, head)
+	// Interrupts may be spurious (one comes with every new call fd), so
+	// wait until the used ring really has the completion.
+	var h uint16
+	var n uint32
+	for ok := false; !ok; {
+		waitEvent(g.t, g.call[q])
+		h, n, ok = g.qs[q].GetUsed()
+	}
+	if h != head {
+		g.t.Fatalf("used head %d, want %d", h, head)
 	}
 	res, _ := g.mem.Translate(out, uint64(n))
 	return bytes.Clone(res.Bytes())

@@ -302,6 +302,10 @@ func (s *session) setVringCall(m *Message) ([]byte, error) {
 	defer r.mu.Unlock()
 	r.closeFD(&r.callFD)
 	r.callFD = fd
+	// One interrupt on every new call fd, as libvhost-user does: after a
+	// reconnect the driver may be waiting for a completion whose
+	// interrupt went to the old fd. A spurious interrupt costs nothing.
+	r.signal(fd)
 	return nil, nil
 }
 
@@ -504,8 +508,9 @@ func (r *vring) fail(err error) {
 	r.broken = true
 	r.s.b.stats.BrokenQueues.Add(1)
 	r.s.log.Error("queue broken", "queue", r.idx, "err", err)
-	r.signal(r.errFD)
+	// Status first: a front-end woken by the error fd reads it next.
 	r.s.markNeedsReset()
+	r.signal(r.errFD)
 }
 
 func (r *vring) signal(fd int) {
