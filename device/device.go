@@ -1,0 +1,181 @@
+package device
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/shmregion"
+	"github.com/vstellar/vstellar/vhost"
+	"github.com/vstellar/vstellar/virtio"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// Config configures one device.
+type Config struct {
+	// Name identifies the device in logs, metrics and its memfd name. It
+	// also seeds the node GUID, so a device keeps its GUID across daemon
+	// restarts. Required.
+	Name string
+	// Limits are the advertised and enforced resource limits; zero fields
+	// take abi.DefaultLimits.
+	Limits abi.Limits
+}
+
+// maxNameLen keeps the memfd name ("vstellar:" + name + "-doorbells")
+// within the kernel's 249-byte limit.
+const maxNameLen = 200
+
+// physPorts is the number of ports the device has. One: the multipath
+// transport spreads traffic below the verbs layer, not over ports.
+const physPorts = 1
+
+// fwVersion is reported by QUERY_DEVICE.
+var fwVersion = abi.FWVersion(0, 1, 0)
+
+// Errors the device returns to its host (never to the guest, which gets
+// statuses).
+var (
+	ErrReadOnlyConfig = errors.New("device: config space is read-only")
+	ErrAlreadyActive  = errors.New("device: already active")
+	ErrClosed         = errors.New("device: closed")
+	ErrNoSuchQueue    = errors.New("device: no such queue")
+)
+
+// Device is one vStellar device. Create it with New, hand it to a
+// vhost.Backend, and Close it when the device is destroyed.
+type Device struct {
+	name   string
+	log    *slog.Logger
+	limits abi.Limits
+	guid   uint64
+	db     *shmregion.Region
+	layout abi.DoorbellLayout
+	// attr is the QUERY_DEVICE response payload; fixed at New.
+	attr []byte
+
+	// status is the config space status word (abi.ConfigStatus* bits).
+	status atomic.Uint32
+	// active is set between Activate and Deactivate; ProcessQueue does
+	// nothing while it is clear.
+	active atomic.Bool
+
+	// run is held shared by ProcessQueue and exclusively by Deactivate and
+	// Close, so that neither returns while a queue is being processed.
+	run sync.RWMutex
+	// mu serialises the lifecycle (Activate, Deactivate, Close).
+	mu     sync.Mutex
+	mode   DoorbellMode
+	closed bool
+
+	stats stats
+}
+
+var _ vhost.Device = (*Device)(nil)
+
+// New creates a device: it validates the limits and creates the device's
+// doorbell region.
+func New(cfg Config, log *slog.Logger) (*Device, error) {
+	if cfg.Name == "" || len(cfg.Name) > maxNameLen {
+		return nil, fmt.Errorf("device: name %q must be 1..%d bytes", cfg.Name, maxNameLen)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	limits := cfg.Limits.WithDefaults()
+	if err := limits.Validate(); err != nil {
+		return nil, fmt.Errorf("device %q: limits: %w", cfg.Name, err)
+	}
+	layout, err := abi.NewDoorbellLayout(limits, guestmem.PageSize())
+	if err != nil {
+		return nil, fmt.Errorf("device %q: doorbell layout: %w", cfg.Name, err)
+	}
+	db, err := shmregion.New(cfg.Name+"-doorbells", layout.Size())
+	if err != nil {
+		return nil, fmt.Errorf("device %q: %w", cfg.Name, err)
+	}
+	d := &Device{
+		name:   cfg.Name,
+		log:    log.With("device", cfg.Name),
+		limits: limits,
+		guid:   nodeGUID(cfg.Name),
+		db:     db,
+		layout: layout,
+	}
+	d.attr, _ = d.deviceAttr().MarshalBinary()
+	d.stats.init()
+	d.log.Debug("device created", "doorbell_bytes", layout.Size(), "max_qp", limits.MaxQP, "max_cq", limits.MaxCQ)
+	return d, nil
+}
+
+// nodeGUID derives a stable EUI-64 from the device name: FNV-1a, with the
+// locally-administered bit set and the group bit clear, so it can never
+// collide with a vendor-assigned GUID.
+func nodeGUID(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64()&^(0x01<<56) | 0x02<<56
+}
+
+// Name is the device's name.
+func (d *Device) Name() string { return d.name }
+
+// Limits are the device's effective limits (defaults filled in).
+func (d *Device) Limits() abi.Limits { return d.limits }
+
+// NodeGUID is the device's node GUID.
+func (d *Device) NodeGUID() uint64 { return d.guid }
+
+// Close deactivates the device (dropping its state) and releases its
+// doorbell region. A front-end's mapping of the region stays valid until it
+// unmaps it; the memory goes with the last reference. Close is idempotent.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.stopLocked()
+	d.closed = true
+	if err := d.db.Close(); err != nil {
+		return fmt.Errorf("device %q: %w", d.name, err)
+	}
+	d.log.Debug("device closed")
+	return nil
+}
+
+// NumQueues implements vhost.Device.
+func (d *Device) NumQueues() int { return abi.NumQueues }
+
+// MaxQueueSize implements vhost.Device.
+func (d *Device) MaxQueueSize() uint16 { return abi.MaxQueueSize }
+
+// offeredDeviceFeatures are the device-specific bits this device
+// implements. The others defined in package abi (RC, ATOMIC, INLINE, ...)
+// are offered once the data path implements them.
+var offeredDeviceFeatures = abi.FeatureMask(abi.FeatureShmemDoorbell, abi.FeatureEventQueue)
+
+// Features implements vhost.Device: VERSION_1, EVENT_IDX and INDIRECT_DESC
+// (the control queue works with any of them) and the device bits above.
+func (d *Device) Features() uint64 {
+	return virtio.FeatureMask(virtio.FeatureVersion1, virtio.FeatureEventIdx, virtio.FeatureIndirectDesc) |
+		offeredDeviceFeatures
+}
+
+// ShmemRegions implements vhost.Device: shmid 0 is the doorbell region.
+func (d *Device) ShmemRegions() []uint64 {
+	r := make([]uint64, abi.DoorbellShmID+1)
+	r[abi.DoorbellShmID] = d.layout.Size()
+	return r
+}
+
+// DoorbellRegion is the device's doorbell region (for the data-path engine
+// and tests).
+func (d *Device) DoorbellRegion() *shmregion.Region { return d.db }
+
+// DoorbellLayout is the geometry config space advertises.
+func (d *Device) DoorbellLayout() abi.DoorbellLayout { return d.layout }

@@ -1,0 +1,92 @@
+package device
+
+import (
+	"sync/atomic"
+
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// Stats are the device's counters, for metrics. Counters only grow.
+type Stats struct {
+	// Commands is the number of control chains answered (each pushed
+	// back to the driver exactly once).
+	Commands uint64
+	// Failed is the number answered with a status other than OK.
+	Failed uint64
+	// Malformed is the number whose framing was wrong (short, oversized,
+	// reserved bits, unknown opcode); a subset of Failed.
+	Malformed uint64
+	// Dropped is the number pushed with written=0 because the chain had no
+	// room for a response header; not counted in Failed.
+	Dropped uint64
+	// BadChains is the number of times the control queue was found broken
+	// (a Pop error that made the Backend stop the queue).
+	BadChains uint64
+	// ByOpcode counts answered commands per defined opcode (any status);
+	// ByStatus counts them per status. Opcode 0 stands for an unknown or
+	// unreadable opcode. Only non-zero entries are present.
+	ByOpcode map[abi.Opcode]uint64
+	ByStatus map[abi.Status]uint64
+	// Activations, Resets and ConfigWrites count lifecycle events.
+	Activations  uint64
+	Resets       uint64
+	ConfigWrites uint64
+}
+
+// maxStatus bounds the per-status array; larger (undefined) statuses are
+// never produced by the device.
+const maxStatus = 64
+
+type stats struct {
+	commands, malformed, dropped, badChains atomic.Uint64
+	activations, resets, configWrites       atomic.Uint64
+	byOpcode                                []atomic.Uint64 // index = opcode; 0 = unknown
+	byStatus                                [maxStatus]atomic.Uint64
+}
+
+func (s *stats) init() {
+	ops := abi.Opcodes()
+	s.byOpcode = make([]atomic.Uint64, int(ops[len(ops)-1])+1)
+}
+
+func (s *stats) count(op abi.Opcode, st abi.Status) {
+	if !op.Known() {
+		op = 0
+	}
+	s.byOpcode[op].Add(1)
+	if uint32(st) < maxStatus {
+		s.byStatus[st].Add(1)
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (d *Device) Stats() Stats {
+	s := &d.stats
+	out := Stats{
+		Commands:     s.commands.Load(),
+		Malformed:    s.malformed.Load(),
+		Dropped:      s.dropped.Load(),
+		BadChains:    s.badChains.Load(),
+		Activations:  s.activations.Load(),
+		Resets:       s.resets.Load(),
+		ConfigWrites: s.configWrites.Load(),
+		ByOpcode:     map[abi.Opcode]uint64{},
+		ByStatus:     map[abi.Status]uint64{},
+	}
+	for i := range s.byOpcode {
+		if n := s.byOpcode[i].Load(); n != 0 {
+			out.ByOpcode[abi.Opcode(i)] = n
+		}
+	}
+	for i := range s.byStatus {
+		n := s.byStatus[i].Load()
+		if n == 0 {
+			continue
+		}
+		out.ByStatus[abi.Status(i)] = n
+		if abi.Status(i) != abi.StatusOK {
+			out.Failed += n
+		}
+	}
+	return out
+}

@@ -1,0 +1,175 @@
+package guestdriver
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vstellar/vstellar/device"
+	"github.com/vstellar/vstellar/vhost"
+	"github.com/vstellar/vstellar/vhost/frontend"
+	"github.com/vstellar/vstellar/virtio/abi"
+	"github.com/vstellar/vstellar/vmm"
+)
+
+// rig is one daemon-side device served by a real vhost.Backend and one
+// simulated VM connected to it: the whole control path, end to end.
+type rig struct {
+	dev *device.Device
+	vm  *vmm.VM
+	drv *Device
+}
+
+func startRig(t *testing.T, name string, mut func(*vmm.Config)) *rig {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dev, err := device.New(device.Config{Name: name}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	sock := filepath.Join(t.TempDir(), name+".sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := vhost.NewBackend(dev, vhost.Options{Name: name, Logger: log})
+	served := make(chan error, 1)
+	go func() {
+		conn, err := ln.AcceptUnix()
+		ln.Close()
+		if err != nil {
+			served <- err
+			return
+		}
+		served <- b.Serve(ctx, conn)
+	}()
+	cfg := vmm.Config{
+		SocketPath: sock,
+		MemSize:    16 << 20,
+		NumQueues:  dev.NumQueues(),
+		QueueSize:  abi.DefaultQueueSize,
+		ConfigSize: dev.ConfigSize(),
+	}
+	if mut != nil {
+		mut(&cfg)
+	}
+	vm, err := vmm.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		vm.Close()
+		select {
+		case <-served:
+		case <-time.After(5 * time.Second):
+			t.Error("backend did not stop after the VM closed")
+		}
+	})
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	drv, err := Open(ctx, NewVMTransport(vm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{dev: dev, vm: vm, drv: drv}
+}
+
+func TestVMQueryDevice(t *testing.T) {
+	r := startRig(t, "vm0", nil)
+	ctx := context.Background()
+	if r.drv.Config().NodeGUID != r.dev.NodeGUID() || r.drv.Limits() != r.dev.Limits() {
+		t.Fatalf("config %+v", r.drv.Config())
+	}
+	a, err := r.drv.QueryDevice(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.NodeGUID != r.dev.NodeGUID() || a.MaxQP != abi.DefaultLimits.MaxQP || a.VendorPartID != abi.PCIDeviceID || a.PhysPortCnt != 1 {
+		t.Fatalf("attr %+v", a)
+	}
+	// Every other opcode is a status, and the queue keeps working.
+	for _, op := range []abi.Opcode{abi.OpCreateQP, abi.OpRegMR, abi.OpAllocPD} {
+		if _, err := r.drv.command(ctx, op, make([]byte, 16), 16); !errors.Is(err, abi.StatusNotSupported) {
+			t.Errorf("%v: %v", op, err)
+		}
+	}
+	if _, err := r.drv.command(ctx, 999, nil, 0); !errors.Is(err, abi.StatusInvalidOpcode) {
+		t.Errorf("opcode 999: %v", err)
+	}
+	if _, err := r.drv.QueryDevice(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.dev.Stats(); s.Commands != 6 || s.ByStatus[abi.StatusOK] != 2 {
+		t.Errorf("device stats %+v", s)
+	}
+}
+
+func TestVMDoorbellsShared(t *testing.T) {
+	r := startRig(t, "vm1", nil)
+	if r.drv.Config().Status != abi.ConfigStatusDoorbellShmem || r.dev.DoorbellMode() != device.DoorbellShmem {
+		t.Fatalf("status %#x mode %v", r.drv.Config().Status, r.dev.DoorbellMode())
+	}
+	db, err := r.drv.Doorbells()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := r.drv.Config().Doorbell
+	if db.Len() != layout.Size() {
+		t.Fatalf("doorbell view %d bytes, layout %d", db.Len(), layout.Size())
+	}
+	// The guest rings QP 3's doorbell; the daemon's engine would see it.
+	off, _ := layout.RecordOffset(3)
+	db.StoreUint32Release(off, 0x1234)
+	if got := r.dev.DoorbellRegion().View().LoadUint32Acquire(off); got != 0x1234 {
+		t.Fatalf("daemon sees %#x", got)
+	}
+}
+
+func TestVMDoorbellsIsolatedBetweenDevices(t *testing.T) {
+	a, b := startRig(t, "vma", nil), startRig(t, "vmb", nil)
+	dba, err := a.drv.Doorbells()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range dba.Bytes() {
+		dba.Bytes()[i] = 0xff
+	}
+	for i, x := range b.dev.DoorbellRegion().View().Bytes() {
+		if x != 0 {
+			t.Fatalf("VM a's doorbell writes reached device b at byte %d", i)
+		}
+	}
+}
+
+func TestVMFallbackWithoutShmemProtocol(t *testing.T) {
+	r := startRig(t, "vm2", func(c *vmm.Config) {
+		c.ProtocolFeatures = frontend.SupportedProtocolFeatures &^ (1 << frontend.ProtoShmem)
+	})
+	if r.drv.Config().Status != abi.ConfigStatusDoorbellGuestRAM || r.dev.DoorbellMode() != device.DoorbellGuestRAM {
+		t.Fatalf("status %#x mode %v", r.drv.Config().Status, r.dev.DoorbellMode())
+	}
+	if _, err := r.drv.Doorbells(); !errors.Is(err, ErrNoDoorbells) {
+		t.Fatalf("Doorbells: %v", err)
+	}
+	if _, err := r.drv.QueryDevice(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestVMFallbackWithoutFeature(t *testing.T) {
+	r := startRig(t, "vm3", func(c *vmm.Config) {
+		c.DeviceFeatures = vmm.DefaultDriverFeatures &^ abi.FeatureShmemDoorbell.Mask()
+	})
+	if r.drv.Config().Status != abi.ConfigStatusDoorbellGuestRAM {
+		t.Fatalf("status %#x", r.drv.Config().Status)
+	}
+}
