@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/daemon/daemontest"
+)
+
+// startDaemon runs a Manager with fake devices in-process and returns its
+// API socket.
+func startDaemon(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "vsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg := daemon.DefaultConfig()
+	cfg.RunDir = dir
+	cfg.Factory = (&daemontest.Factory{}).New
+	cfg.Devices = []daemon.DeviceSpec{{Name: "boot0"}}
+	m, err := daemon.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-m.Ready():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon not ready")
+	}
+	return m.APISocket()
+}
+
+func ctl(t *testing.T, sock string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut strings.Builder
+	code := run(context.Background(), append([]string{"--socket", sock}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestCtlDevicesLifecycle(t *testing.T) {
+	sock := startDaemon(t)
+
+	code, out, errOut := ctl(t, sock, "devices", "create", "vm1", "--limits", `{"max_qp": 8}`)
+	if code != 0 || !strings.Contains(out, "name:") || !strings.Contains(out, "vm1.sock") {
+		t.Fatalf("create: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = ctl(t, sock, "devices", "list")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") ||
+		!strings.HasPrefix(lines[1], "boot0") || !strings.HasPrefix(lines[2], "vm1") {
+		t.Fatalf("list: %d\n%s", code, out)
+	}
+
+	code, out, _ = ctl(t, sock, "--json", "devices", "list")
+	var l daemon.DeviceList
+	if code != 0 || json.Unmarshal([]byte(out), &l) != nil || len(l.Devices) != 2 {
+		t.Fatalf("list --json: %d %q", code, out)
+	}
+	code, out, _ = ctl(t, sock, "devices", "show", "vm1", "--json")
+	var d daemon.DeviceInfo
+	if code != 0 || json.Unmarshal([]byte(out), &d) != nil || d.Name != "vm1" || d.Connected {
+		t.Fatalf("show --json: %d %q", code, out)
+	}
+	code, out, _ = ctl(t, sock, "health")
+	if code != 0 || !strings.Contains(out, "status: ok") || !strings.Contains(out, "devices: 2") {
+		t.Fatalf("health: %d %q", code, out)
+	}
+
+	code, out, _ = ctl(t, sock, "devices", "destroy", "vm1")
+	if code != 0 || out != "destroyed vm1\n" {
+		t.Fatalf("destroy: %d %q", code, out)
+	}
+	code, _, errOut = ctl(t, sock, "devices", "show", "vm1")
+	if code != 1 || !strings.Contains(errOut, "not found") || !strings.Contains(errOut, "404") {
+		t.Fatalf("show destroyed: %d %q", code, errOut)
+	}
+}
+
+func TestCtlErrors(t *testing.T) {
+	sock := startDaemon(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"devices", "create", "boot0"}, 1, "already exists"},
+		{[]string{"devices", "create", "../x"}, 1, "invalid"},
+		{[]string{"devices", "create", "x", "--limits", "{"}, 2, "not valid JSON"},
+		{[]string{"devices", "create", "x", "--limits", "[1]"}, 1, "JSON object"},
+		{[]string{"devices", "destroy"}, 2, "one device NAME"},
+		{[]string{"devices", "show", "a", "b"}, 2, "one device NAME"},
+		{[]string{"devices", "frobnicate"}, 2, "unknown subcommand"},
+		{[]string{"nonsense"}, 2, "unknown command"},
+		{[]string{}, 2, "no command"},
+	} {
+		code, _, errOut := ctl(t, sock, tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: %d %q, want %d %q", tc.args, code, errOut, tc.code, tc.want)
+		}
+	}
+	code, _, errOut := ctl(t, sock+".missing", "devices", "list")
+	if code != 1 || !strings.Contains(errOut, "vstellard API") {
+		t.Errorf("unreachable daemon: %d %q", code, errOut)
+	}
+}

@@ -1,0 +1,23 @@
+// Command vstellard is the vStellar host daemon: it serves one
+// paravirtual RDMA device (virtio id 42) per VM over a vhost-user unix
+// socket, and a management API on <run-dir>/vstellard.sock through which
+// devices are created and destroyed at run time (see package daemon and
+// cmd/vstellarctl).
+//
+// Usage:
+//
+//	vstellard [--config FILE] [--run-dir DIR] [--log-level LEVEL]
+//	          [--log-format text|json] [--socket-mode MODE]
+//	          [--shutdown-timeout DURATION] [--device NAME]... [--version]
+//
+// Flags override the config file, which overrides the defaults. --device
+// may be repeated; its devices are created at start with default limits,
+// after those of the config file. SIGTERM or SIGINT shut the daemon down
+// cleanly: every front-end is told, every device freed, every socket
+// removed. Exit status: 0 after a clean shutdown, 1 if the daemon failed,
+// 2 for bad flags or configuration.
+//
+// This package is the composition root: main wires the device model
+// (package device) and the vhost-user back-end (package vhost) into the
+// daemon's DeviceFactory; nothing else here has logic of its own.
+package main

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// limitsJSON is the JSON form of a device's "limits" object. Absent or
+// zero fields take abi.DefaultLimits.
+type limitsJSON struct {
+	MaxQP         uint32 `json:"max_qp"`
+	MaxCQ         uint32 `json:"max_cq"`
+	MaxMR         uint32 `json:"max_mr"`
+	MaxPD         uint32 `json:"max_pd"`
+	MaxAH         uint32 `json:"max_ah"`
+	MaxQPWR       uint32 `json:"max_qp_wr"`
+	MaxCQE        uint32 `json:"max_cqe"`
+	MaxSGE        uint32 `json:"max_sge"`
+	MaxInlineData uint32 `json:"max_inline_data"`
+	MaxQPRdAtom   uint32 `json:"max_qp_rd_atom"`
+	MaxGID        uint32 `json:"max_gid"`
+	MaxMRSize     uint64 `json:"max_mr_size"`
+	PageSizeCap   uint64 `json:"page_size_cap"`
+}
+
+// parseLimits decodes a spec's limits, refusing unknown fields. Their
+// values are checked by device.New.
+func parseLimits(raw json.RawMessage) (abi.Limits, error) {
+	var l limitsJSON
+	if len(raw) > 0 {
+		if err := daemon.DecodeStrict(raw, &l); err != nil {
+			return abi.Limits{}, fmt.Errorf("%w: limits: %w", daemon.ErrInvalid, err)
+		}
+	}
+	return abi.Limits{
+		MaxQP: l.MaxQP, MaxCQ: l.MaxCQ, MaxMR: l.MaxMR, MaxPD: l.MaxPD, MaxAH: l.MaxAH,
+		MaxQPWR: l.MaxQPWR, MaxCQE: l.MaxCQE, MaxSGE: l.MaxSGE, MaxInlineData: l.MaxInlineData,
+		MaxQPRdAtom: l.MaxQPRdAtom, MaxGID: l.MaxGID, MaxMRSize: l.MaxMRSize, PageSizeCap: l.PageSizeCap,
+	}, nil
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vstellar/vstellar/daemon"
+)
+
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "vsd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestParseFlagsDefaults(t *testing.T) {
+	o, err := parseFlags(nil, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.cfg, daemon.DefaultConfig()) {
+		t.Fatalf("defaults: %+v", o.cfg)
+	}
+}
+
+func TestParseFlagsOverrideConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "vstellard.json")
+	file := `{"run_dir": "/run/from-file", "log_level": "debug", "socket_mode": "0660",
+	          "devices": [{"name": "f0", "limits": {"max_qp": 8}}]}`
+	if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseFlags([]string{"--config", path, "--run-dir", "rel", "--log-format", "json",
+		"--device", "a", "--device", "b", "--shutdown-timeout", "3s"}, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.cfg
+	wd, _ := os.Getwd()
+	if c.RunDir != filepath.Join(wd, "rel") || c.LogLevel != "debug" || c.LogFormat != "json" ||
+		c.SocketMode != 0o660 || time.Duration(c.ShutdownTimeout) != 3*time.Second {
+		t.Fatalf("merged config: %+v", c)
+	}
+	if len(c.Devices) != 3 || c.Devices[0].Name != "f0" || c.Devices[1].Name != "a" || c.Devices[2].Name != "b" {
+		t.Fatalf("devices: %+v", c.Devices)
+	}
+}
+
+func TestParseFlagsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--log-level", "loud"}, "log level"},
+		{[]string{"--log-format", "xml"}, "log format"},
+		{[]string{"--socket-mode", "rw"}, "octal"},
+		{[]string{"--device", "../x"}, "device name"},
+		{[]string{"--device", "a", "--device", "a"}, "twice"},
+		{[]string{"--config", "/nonexistent/vstellard.json"}, "no such file"},
+		{[]string{"--shutdown-timeout", "-1s"}, "shutdown_timeout"},
+		{[]string{"--no-such-flag"}, "not defined"},
+		{[]string{"extra"}, "unexpected arguments"},
+	} {
+		_, err := parseFlags(tc.args, &strings.Builder{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	l, err := parseLimits(json.RawMessage(`{"max_qp": 8, "max_mr_size": 4096}`))
+	if err != nil || l.MaxQP != 8 || l.MaxMRSize != 4096 || l.MaxCQ != 0 {
+		t.Fatalf("%+v %v", l, err)
+	}
+	if _, err := parseLimits(json.RawMessage(`{"max_qps": 8}`)); !errors.Is(err, daemon.ErrInvalid) {
+		t.Fatalf("unknown field: %v", err)
+	}
+	if _, err := parseLimits(nil); err != nil {
+		t.Fatal(err)
+	}
+	// Every field of abi.Limits has a JSON name: set all of them and check
+	// that none stays zero.
+	var all map[string]any
+	b, _ := json.Marshal(limitsJSON{})
+	json.Unmarshal(b, &all)
+	for k := range all {
+		all[k] = 1
+	}
+	b, _ = json.Marshal(all)
+	l, err = parseLimits(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := reflect.ValueOf(l)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Errorf("abi.Limits.%s has no JSON field in limitsJSON", v.Type().Field(i).Name)
+		}
+	}
+}
+
+func TestFactoryClassifiesBadLimits(t *testing.T) {
+	_, err := newDevice(context.Background(), daemon.DeviceSpec{Name: "x", Limits: json.RawMessage(`{"max_sge": 4000000000}`)}, nil)
+	if !errors.Is(err, daemon.ErrInvalid) {
+		t.Fatalf("out-of-range limits: %v", err)
+	}
+	inst, err := newDevice(context.Background(), daemon.DeviceSpec{Name: "x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Device.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunVersionAndUsageErrors(t *testing.T) {
+	var out, errOut strings.Builder
+	if code := run([]string{"--version"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "vstellard ") {
+		t.Fatalf("--version: %d %q %q", code, out.String(), errOut.String())
+	}
+	errOut.Reset()
+	if code := run([]string{"--log-level", "loud"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "vstellard: ") {
+		t.Fatalf("bad flag: %d %q", code, errOut.String())
+	}
+}
+
+func TestRunStartupErrorAPISocketInUse(t *testing.T) {
+	dir := shortDir(t)
+	ln, err := net.Listen("unix", filepath.Join(dir, daemon.APISocketName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	var errOut strings.Builder
+	code := run([]string{"--run-dir", dir, "--device", "d0"}, &strings.Builder{}, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "in use") {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "d0.sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Error("device socket created although start-up failed")
+	}
+}
+
+// TestRunServesRealDeviceUntilSIGTERM runs the whole daemon with the real
+// device model and vhost back-end, talks vhost-user to a device and stops
+// the daemon with SIGTERM.
+func TestRunServesRealDeviceUntilSIGTERM(t *testing.T) {
+	dir := shortDir(t)
+	var errOut syncBuilder
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"--run-dir", dir, "--device", "vm0", "--log-level", "debug"}, &strings.Builder{}, &errOut)
+	}()
+
+	client := daemon.NewClient(filepath.Join(dir, daemon.APISocketName))
+	defer client.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := client.Health(context.Background()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon not up; stderr:\n%s", errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	info, err := client.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "vm1", Limits: json.RawMessage(`{"max_qp": 16}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = client.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "vm2", Limits: json.RawMessage(`{"max_sge": 4000000000}`)})
+	if !errors.Is(err, daemon.ErrInvalid) {
+		t.Fatalf("bad limits: %v", err)
+	}
+
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: info.Socket, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var req [12]byte
+	binary.LittleEndian.PutUint32(req[0:], 1) // GET_FEATURES
+	binary.LittleEndian.PutUint32(req[4:], 1)
+	c.Write(req[:])
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var resp [20]byte
+	if n, err := c.Read(resp[:]); err != nil || n != 20 {
+		t.Fatalf("GET_FEATURES: %d %v", n, err)
+	}
+
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d; stderr:\n%s", code, errOut.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("daemon did not stop on SIGTERM")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("run dir not empty after shutdown: %v", ents)
+	}
+	if _, err := c.Read(resp[:]); err == nil {
+		t.Error("front-end connection still open after shutdown")
+	}
+	for _, want := range []string{"vstellard ready", "devices shut down", "device=vm0", "device=vm1"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+}

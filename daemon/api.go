@@ -1,0 +1,157 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+)
+
+// maxRequestBody bounds API request bodies.
+const maxRequestBody = 64 << 10
+
+// Health is the answer of GET /v1/health.
+type Health struct {
+	Status  string `json:"status"` // "ok" or "shutting down"
+	Devices int    `json:"devices"`
+}
+
+// DeviceList is the answer of GET /v1/devices.
+type DeviceList struct {
+	Devices []DeviceInfo `json:"devices"`
+}
+
+// apiError is the body of every error answer.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+// Handler returns the management API:
+//
+//	GET    /v1/health          200 Health (503 while shutting down)
+//	GET    /v1/devices         200 DeviceList
+//	POST   /v1/devices         201 DeviceInfo; body DeviceSpec
+//	GET    /v1/devices/{name}  200 DeviceInfo
+//	DELETE /v1/devices/{name}  204
+//
+// Errors are {"error": "..."} with 400, 404, 405, 409, 413, 415, 500 or 503.
+func (m *Manager) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", m.handleHealth)
+	mux.HandleFunc("GET /v1/devices", m.handleList)
+	mux.HandleFunc("POST /v1/devices", m.handleCreate)
+	mux.HandleFunc("GET /v1/devices/{name}", m.handleGet)
+	mux.HandleFunc("DELETE /v1/devices/{name}", m.handleDestroy)
+	return jsonFallback(mux)
+}
+
+// jsonFallback turns the mux's own plain-text 404 and 405 answers into
+// JSON errors, keeping their status and Allow header.
+func jsonFallback(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		rec := &statusRecorder{header: http.Header{}, code: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		msg := http.StatusText(rec.code)
+		if rec.code == http.StatusNotFound {
+			msg = fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)
+		}
+		writeError(w, rec.code, msg)
+	})
+}
+
+// statusRecorder keeps the status and headers of the mux's fallback
+// answers and drops their plain-text body.
+type statusRecorder struct {
+	header http.Header
+	code   int
+}
+
+func (s *statusRecorder) Header() http.Header         { return s.header }
+func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusRecorder) WriteHeader(code int)        { s.code = code }
+
+func (m *Manager) handleHealth(w http.ResponseWriter, r *http.Request) {
+	m.mu.Lock()
+	closing := m.closing
+	m.mu.Unlock()
+	h := Health{Status: "ok", Devices: len(m.Devices())}
+	status := http.StatusOK
+	if closing {
+		h.Status, status = "shutting down", http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, h)
+}
+
+func (m *Manager) handleList(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, DeviceList{Devices: m.Devices()})
+}
+
+func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("content type %q: want application/json", ct))
+			return
+		}
+	}
+	var spec DeviceSpec
+	if err := decodeStrict(http.MaxBytesReader(w, r.Body, maxRequestBody), &spec); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxRequestBody))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "bad device spec: "+err.Error())
+		return
+	}
+	info, err := m.CreateDevice(r.Context(), spec)
+	if err != nil {
+		writeError(w, httpStatus(err), err.Error())
+		return
+	}
+	w.Header().Set("Location", "/v1/devices/"+info.Name)
+	writeJSON(w, http.StatusCreated, info)
+}
+
+func (m *Manager) handleGet(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := ValidateName(name); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	info, err := m.Device(name)
+	if err != nil {
+		writeError(w, httpStatus(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (m *Manager) handleDestroy(w http.ResponseWriter, r *http.Request) {
+	if err := m.DestroyDevice(r.Context(), r.PathValue("name")); err != nil {
+		writeError(w, httpStatus(err), err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client went away; nothing to do
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, apiError{Error: msg})
+}

@@ -1,0 +1,40 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+)
+
+// Backend serves the vhost-user protocol for one device. *vhost.Backend
+// satisfies it.
+//
+// The Manager relies on this contract:
+//   - Serve serves one connection and returns when it closes, when ctx
+//     ends, or on a protocol error. It releases all connection state
+//     before returning and may be called again for a reconnect.
+//   - Shutdown may be called while Serve runs in another goroutine; it
+//     tells the connected front-end the device is going away, returns
+//     within ctx, and is a no-op without a connection.
+//   - Panics in goroutines that Serve starts are the Backend's to handle.
+type Backend interface {
+	Serve(ctx context.Context, conn *net.UnixConn) error
+	Shutdown(ctx context.Context)
+}
+
+// Instance is one device built by a DeviceFactory.
+type Instance struct {
+	// Backend serves the device's vhost-user socket. Required.
+	Backend Backend
+	// Device is the device model. Its Close runs after the last Serve
+	// has returned, once, when the device is destroyed. May be nil.
+	Device io.Closer
+}
+
+// DeviceFactory builds the device model and its Backend for spec. spec
+// has been validated (name, limits is a JSON object or empty); checking
+// the contents of spec.Limits is the factory's job, and it should wrap
+// ErrInvalid for bad limits so that the API answers 400. log already
+// carries the device name. ctx bounds the construction only.
+type DeviceFactory func(ctx context.Context, spec DeviceSpec, log *slog.Logger) (Instance, error)

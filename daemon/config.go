@@ -1,0 +1,288 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults for Config fields left empty.
+const (
+	DefaultRunDir          = "/run/vstellar"
+	DefaultLogLevel        = "info"
+	DefaultLogFormat       = "text"
+	DefaultSocketMode      = FileMode(0o600)
+	DefaultShutdownTimeout = Duration(10 * time.Second)
+
+	// APISocketName is the management API socket, inside the run dir.
+	APISocketName = "vstellard.sock"
+
+	maxConfigFileSize  = 1 << 20
+	maxShutdownTimeout = 5 * time.Minute
+	// sunPathMax is the usable length of sockaddr_un.sun_path on Linux
+	// (108 bytes including the terminating NUL).
+	sunPathMax = 107
+)
+
+// Config is the daemon configuration: the JSON config file, overridden by
+// command-line flags. Zero fields take the defaults above (see
+// DefaultConfig and LoadConfigFile).
+//
+// Example file:
+//
+//	{
+//	  "run_dir": "/run/vstellar",
+//	  "log_level": "info",
+//	  "log_format": "json",
+//	  "socket_mode": "0660",
+//	  "shutdown_timeout": "10s",
+//	  "devices": [
+//	    {"name": "vm1-rdma0", "limits": {"max_qp": 1024}},
+//	    {"name": "vm2-rdma0"}
+//	  ]
+//	}
+type Config struct {
+	// RunDir holds the device sockets and the API socket. Absolute.
+	RunDir string `json:"run_dir"`
+	// LogLevel is debug, info, warn or error. Used by NewLogger.
+	LogLevel string `json:"log_level"`
+	// LogFormat is text or json. Used by NewLogger.
+	LogFormat string `json:"log_format"`
+	// SocketMode is the permission mode of device sockets (default
+	// 0600). The API socket is always 0600.
+	SocketMode FileMode `json:"socket_mode"`
+	// ShutdownTimeout bounds the whole shutdown of the Manager.
+	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	// Devices are created when Run starts.
+	Devices []DeviceSpec `json:"devices"`
+
+	// Factory builds a device model and its vhost-user back-end. It is
+	// injected by the program, never read from the file. Required.
+	Factory DeviceFactory `json:"-"`
+}
+
+// DeviceSpec describes a device to create.
+type DeviceSpec struct {
+	// Name is the device name (see ValidateName); the device socket is
+	// <RunDir>/<Name>.sock.
+	Name string `json:"name"`
+	// Limits is a JSON object passed through to the device model
+	// unchanged. Absent or null means the device model's defaults.
+	Limits json.RawMessage `json:"limits,omitempty"`
+}
+
+// Validate checks the spec. Errors wrap ErrInvalid.
+func (s DeviceSpec) Validate() error {
+	if err := ValidateName(s.Name); err != nil {
+		return err
+	}
+	if len(s.Limits) == 0 {
+		return nil
+	}
+	if !json.Valid(s.Limits) {
+		return fmt.Errorf("%w: device %q: limits is not valid JSON", ErrInvalid, s.Name)
+	}
+	if l := bytes.TrimSpace(s.Limits); !bytes.Equal(l, []byte("null")) && l[0] != '{' {
+		return fmt.Errorf("%w: device %q: limits must be a JSON object", ErrInvalid, s.Name)
+	}
+	return nil
+}
+
+// DefaultConfig returns a Config with every default filled in.
+func DefaultConfig() Config {
+	return Config{
+		RunDir:          DefaultRunDir,
+		LogLevel:        DefaultLogLevel,
+		LogFormat:       DefaultLogFormat,
+		SocketMode:      DefaultSocketMode,
+		ShutdownTimeout: DefaultShutdownTimeout,
+	}
+}
+
+// LoadConfigFile reads a JSON config file on top of DefaultConfig.
+// Unknown fields are errors, so a misspelt key is never silently ignored.
+// The result is not validated; call Validate after applying overrides.
+func LoadConfigFile(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config file: %w", err)
+	}
+	defer f.Close()
+	cfg, err := ParseConfig(io.LimitReader(f, maxConfigFileSize+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig decodes a JSON config on top of DefaultConfig. See
+// LoadConfigFile.
+func ParseConfig(r io.Reader) (Config, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return Config{}, err
+	}
+	if len(data) > maxConfigFileSize {
+		return Config{}, fmt.Errorf("%w: config is larger than %d bytes", ErrInvalid, maxConfigFileSize)
+	}
+	cfg := DefaultConfig()
+	if err := DecodeStrict(data, &cfg); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return cfg, nil
+}
+
+// DecodeStrict decodes data, exactly one JSON value, into v, rejecting
+// unknown fields and trailing data: the rule for every JSON the daemon
+// accepts (config file, API bodies, device limits).
+func DecodeStrict(data []byte, v any) error { return decodeStrict(bytes.NewReader(data), v) }
+
+// decodeStrict is DecodeStrict on a reader.
+func decodeStrict(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return errors.New("empty JSON document")
+		}
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing data after the JSON document")
+	}
+	return nil
+}
+
+// Validate checks every field and reports the first problem. Errors wrap
+// ErrInvalid. Factory is checked by New, not here.
+func (c Config) Validate() error {
+	if c.RunDir == "" {
+		return fmt.Errorf("%w: run_dir is empty", ErrInvalid)
+	}
+	if !filepath.IsAbs(c.RunDir) {
+		return fmt.Errorf("%w: run_dir %q is not an absolute path", ErrInvalid, c.RunDir)
+	}
+	// Device sockets are checked when created, as their length depends
+	// on the name; a run dir too long for the API socket is useless.
+	if n := len(filepath.Join(c.RunDir, APISocketName)); n > sunPathMax {
+		return fmt.Errorf("%w: run_dir %q is too long: the API socket path would be %d bytes, the limit is %d",
+			ErrInvalid, c.RunDir, n, sunPathMax)
+	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if err := checkLogFormat(c.LogFormat); err != nil {
+		return err
+	}
+	if err := c.SocketMode.validate(); err != nil {
+		return err
+	}
+	if d := time.Duration(c.ShutdownTimeout); d <= 0 || d > maxShutdownTimeout {
+		return fmt.Errorf("%w: shutdown_timeout %v is out of range (0, %v]", ErrInvalid, d, maxShutdownTimeout)
+	}
+	seen := make(map[string]bool, len(c.Devices))
+	for i, d := range c.Devices {
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("devices[%d]: %w", i, err)
+		}
+		if seen[d.Name] {
+			return fmt.Errorf("%w: devices[%d]: device %q is listed twice", ErrInvalid, i, d.Name)
+		}
+		seen[d.Name] = true
+	}
+	return nil
+}
+
+// ParseLogLevel parses debug, info, warn or error (any case).
+func ParseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("%w: log level %q: want debug, info, warn or error", ErrInvalid, s)
+}
+
+func checkLogFormat(s string) error {
+	if s != "text" && s != "json" {
+		return fmt.Errorf("%w: log format %q: want text or json", ErrInvalid, s)
+	}
+	return nil
+}
+
+// FileMode is a permission mode written in JSON and on the command line
+// as an octal string such as "0660". It implements flag.Value.
+type FileMode os.FileMode
+
+// String returns the mode as 4 octal digits.
+func (m FileMode) String() string { return fmt.Sprintf("%04o", uint32(m)) }
+
+// Set parses an octal mode ("0660", "660" or "0o660").
+func (m *FileMode) Set(s string) error {
+	t := strings.TrimPrefix(strings.TrimPrefix(s, "0o"), "0O")
+	v, err := strconv.ParseUint(t, 8, 32)
+	if err != nil || t == "" {
+		return fmt.Errorf("%w: socket mode %q is not an octal number like 0660", ErrInvalid, s)
+	}
+	*m = FileMode(v)
+	return m.validate()
+}
+
+func (m FileMode) validate() error {
+	if m&^0o777 != 0 {
+		return fmt.Errorf("%w: socket mode %s has bits outside 0777", ErrInvalid, m)
+	}
+	if m&0o600 != 0o600 {
+		return fmt.Errorf("%w: socket mode %s must give the owner read and write (0600)", ErrInvalid, m)
+	}
+	return nil
+}
+
+// MarshalJSON writes the mode as an octal string.
+func (m FileMode) MarshalJSON() ([]byte, error) { return json.Marshal(m.String()) }
+
+// UnmarshalJSON accepts only an octal string: a bare JSON number is
+// ambiguous (600 decimal is not 0600).
+func (m *FileMode) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("socket_mode must be an octal string such as \"0660\", got %s", b)
+	}
+	return m.Set(s)
+}
+
+// Duration is a time.Duration written in JSON as a string such as "10s".
+type Duration time.Duration
+
+// String formats like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON accepts a string in time.ParseDuration syntax.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"10s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
