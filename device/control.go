@@ -109,6 +109,9 @@ func (d *Device) execute(op abi.Opcode, payload []byte) (abi.Status, []byte) {
 	case abi.OpQueryDevice:
 		// DecodeRequest checked the (empty) payload.
 		return abi.StatusOK, d.attr
+	case abi.OpResetState:
+		d.resetState()
+		return abi.StatusOK, nil
 	}
 	// Defined by the ABI, not implemented by this device yet.
 	return abi.StatusNotSupported, nil

@@ -130,8 +130,9 @@ func TestUnimplementedOpcodes(t *testing.T) {
 	d := newDevice(t, Config{})
 	activate(t, d, allFeatures(d))
 	g := newGuest(t, true)
+	implemented := map[abi.Opcode]bool{abi.OpQueryDevice: true, abi.OpResetState: true}
 	for _, op := range abi.Opcodes() {
-		if op == abi.OpQueryDevice {
+		if implemented[op] {
 			continue
 		}
 		resp := g.command(d, request(op, make([]byte, 24)...), 256)
@@ -140,8 +141,34 @@ func TestUnimplementedOpcodes(t *testing.T) {
 		}
 	}
 	s := d.Stats()
-	if s.ByStatus[abi.StatusNotSupported] != uint64(len(abi.Opcodes())-1) || s.ByOpcode[abi.OpCreateQP] != 1 {
+	if s.ByStatus[abi.StatusNotSupported] != uint64(len(abi.Opcodes())-len(implemented)) || s.ByOpcode[abi.OpCreateQP] != 1 {
 		t.Errorf("stats %+v", s)
+	}
+}
+
+// RESET_STATE drops what a previous driver left: the doorbell records are
+// zero afterwards, and a request with a payload is refused.
+func TestResetState(t *testing.T) {
+	d := newDevice(t, Config{})
+	activate(t, d, allFeatures(d))
+	g := newGuest(t, true)
+	db := d.DoorbellRegion().View()
+	db.PutUint64(uint64(d.DoorbellLayout().RecordsOffset), 0xdead)
+	resp := g.command(d, request(abi.OpResetState), 64)
+	if st, body, err := abi.DecodeResponse(resp); err != nil || st != abi.StatusOK || len(body) != 0 {
+		t.Fatalf("RESET_STATE: %v %x %v", st, body, err)
+	}
+	for i, b := range db.Bytes() {
+		if b != 0 {
+			t.Fatalf("doorbell byte %d = %#x after RESET_STATE", i, b)
+		}
+	}
+	if d.Stats().Resets != 1 {
+		t.Fatalf("resets %d", d.Stats().Resets)
+	}
+	resp = g.command(d, request(abi.OpResetState, 1, 2, 3, 4), 64)
+	if st, _, _ := abi.DecodeResponse(resp); st != abi.StatusInvalidArgument {
+		t.Fatalf("RESET_STATE with a payload: %v", st)
 	}
 }
 

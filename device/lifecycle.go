@@ -103,12 +103,21 @@ func (d *Device) Deactivate(reset bool) {
 	}
 	d.stopLocked()
 	if reset {
-		if err := d.db.Zero(); err != nil {
-			d.log.Error("clearing doorbell region", "err", err)
-		}
-		d.stats.resets.Add(1)
+		d.resetState()
 	}
 	d.log.Info("device inactive", "reset", reset)
+}
+
+// resetState drops what a driver built on the device: today the doorbell
+// contents; later the PD/CQ/QP/MR/AH tables. A vhost RESET_DEVICE does it,
+// and so does the driver's RESET_STATE when it probes. SET_STATUS 0 does
+// not: QEMU sends it on a VM pause too, and a paused guest expects its
+// resources back.
+func (d *Device) resetState() {
+	if err := d.db.Zero(); err != nil {
+		d.log.Error("clearing doorbell region", "err", err)
+	}
+	d.stats.resets.Add(1)
 }
 
 // stopLocked marks the device inactive and waits out ProcessQueue.

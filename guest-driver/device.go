@@ -28,7 +28,13 @@ func Open(ctx context.Context, t Transport) (*Device, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("guestdriver: %w", err)
 	}
-	return &Device{t: t, cfg: cfg}, nil
+	d := &Device{t: t, cfg: cfg}
+	// A driver that probes owns the device from scratch: whatever a
+	// previous driver (before a guest reboot) created is dropped.
+	if _, err := d.command(ctx, abi.OpResetState, nil, 0); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // Config is the config space as read by Open.
@@ -40,11 +46,18 @@ func (d *Device) Limits() abi.Limits { return d.cfg.Limits }
 // Refresh re-reads config space (the status word changes when the device
 // becomes live or is reset).
 func (d *Device) Refresh(ctx context.Context) error {
-	nd, err := Open(ctx, d.t)
+	b, err := d.t.ReadConfig(ctx)
 	if err != nil {
 		return err
 	}
-	d.cfg = nd.cfg
+	var cfg abi.Config
+	if err := cfg.UnmarshalBinary(b); err != nil {
+		return fmt.Errorf("guestdriver: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("guestdriver: %w", err)
+	}
+	d.cfg = cfg
 	return nil
 }
 

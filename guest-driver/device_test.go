@@ -16,9 +16,14 @@ type fakeTransport struct {
 	err     error
 	lastReq []byte
 	respLen uint32
+	resets  int
 }
 
 func (f *fakeTransport) Command(_ context.Context, req []byte, respLen uint32) ([]byte, error) {
+	if r, err := abi.DecodeRequest(req); err == nil && r.Header.Opcode == abi.OpResetState && f.err == nil {
+		f.resets++
+		return abi.AppendResponse(nil, abi.StatusOK, nil), nil // Open's probe
+	}
 	f.lastReq, f.respLen = append([]byte(nil), req...), respLen
 	return f.resp, f.err
 }
@@ -41,8 +46,12 @@ func goodConfig(t *testing.T, mut func(*abi.Config)) []byte {
 
 func TestOpenValidatesConfig(t *testing.T) {
 	ctx := context.Background()
-	if _, err := Open(ctx, &fakeTransport{config: goodConfig(t, nil)}); err != nil {
+	ft := &fakeTransport{config: goodConfig(t, nil)}
+	if _, err := Open(ctx, ft); err != nil {
 		t.Fatal(err)
+	}
+	if ft.resets != 1 {
+		t.Fatalf("Open sent RESET_STATE %d times, want once", ft.resets)
 	}
 	for name, ft := range map[string]*fakeTransport{
 		"short":          {config: goodConfig(t, nil)[:100]},

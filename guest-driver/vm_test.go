@@ -108,7 +108,8 @@ func TestVMQueryDevice(t *testing.T) {
 	if _, err := r.drv.QueryDevice(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s := r.dev.Stats(); s.Commands != 6 || s.ByStatus[abi.StatusOK] != 2 {
+	// 6 commands above and Open's RESET_STATE.
+	if s := r.dev.Stats(); s.Commands != 7 || s.ByStatus[abi.StatusOK] != 3 {
 		t.Errorf("device stats %+v", s)
 	}
 }

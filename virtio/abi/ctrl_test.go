@@ -96,7 +96,7 @@ func TestStatus(t *testing.T) {
 
 func TestOpcodes(t *testing.T) {
 	ops := Opcodes()
-	if len(ops) != 19 || ops[0] != OpQueryDevice || ops[len(ops)-1] != OpSetDoorbellArea {
+	if len(ops) != 20 || ops[0] != OpQueryDevice || ops[len(ops)-1] != OpResetState {
 		t.Fatalf("opcodes %v", ops)
 	}
 	names := map[string]bool{}
@@ -105,7 +105,7 @@ func TestOpcodes(t *testing.T) {
 			t.Errorf("%d: %q", op, op)
 		}
 		names[op.String()] = true
-		if op.Specified() != (op == OpQueryDevice) {
+		if op.Specified() != (op == OpQueryDevice || op == OpResetState) {
 			t.Errorf("%v specified = %v", op, op.Specified())
 		}
 	}

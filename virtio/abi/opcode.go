@@ -29,8 +29,9 @@ const (
 	OpCreateAH        Opcode = 17 // address handle
 	OpDestroyAH       Opcode = 18 //
 	OpSetDoorbellArea Opcode = 19 // fallback only: register the guest-RAM doorbell area
+	OpResetState      Opcode = 20 // the driver's probe: drop every resource a previous driver left
 
-	opLast = OpSetDoorbellArea
+	opLast = OpResetState
 )
 
 // opInfo describes an opcode. A payload size of -1 means the layout is not
@@ -61,6 +62,7 @@ var opTable = [...]opInfo{
 	OpCreateAH:        {"CREATE_AH", -1, -1},
 	OpDestroyAH:       {"DESTROY_AH", -1, -1},
 	OpSetDoorbellArea: {"SET_DOORBELL_AREA", -1, -1},
+	OpResetState:      {"RESET_STATE", 0, 0},
 }
 
 // Opcodes returns every defined opcode in numeric order.
