@@ -35,6 +35,12 @@ const (
 	// forceCloseAfter is how long Serve gets to return after its context
 	// is cancelled before the daemon closes the connection under it.
 	forceCloseAfter = time.Second
+	// reconnectGrace is how long a new connection waits for the active
+	// one to finish. A VMM that reconnects at once (or restarts) closes
+	// its old socket just before dialling again, while the back-end may
+	// still be tearing the old connection down; only a front-end still
+	// connected after this is refused.
+	reconnectGrace = 500 * time.Millisecond
 )
 
 // device is one served device: its socket, its accept loop and at most one
@@ -53,6 +59,7 @@ type device struct {
 
 	mu          sync.Mutex
 	active      *net.UnixConn
+	activeDone  chan struct{} // closed when the active connection's Serve returns
 	connections uint64
 	refused     uint64
 	lastErr     string
@@ -110,6 +117,7 @@ func (d *device) acceptLoop() {
 			continue
 		}
 		backoff = 5 * time.Millisecond
+		d.awaitIdle(reconnectGrace)
 		d.mu.Lock()
 		if d.active != nil || d.ctx.Err() != nil {
 			d.refused++
@@ -119,10 +127,33 @@ func (d *device) acceptLoop() {
 			continue
 		}
 		d.active = conn
+		done := make(chan struct{})
+		d.activeDone = done
 		d.connections++
 		n := d.connections
 		d.mu.Unlock()
-		d.wg.Go(func() { d.serve(conn, n) })
+		d.wg.Go(func() {
+			defer close(done)
+			d.serve(conn, n)
+		})
+	}
+}
+
+// awaitIdle waits up to grace for the active connection, if any, to end.
+func (d *device) awaitIdle(grace time.Duration) {
+	d.mu.Lock()
+	done := d.activeDone
+	busy := d.active != nil
+	d.mu.Unlock()
+	if !busy {
+		return
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-d.ctx.Done():
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/daemon/daemontest"
@@ -51,6 +52,27 @@ func TestSecondConnectionRefusedThenReconnect(t *testing.T) {
 	}
 	if n := f.Backend("d0").Serves.Load(); n != 2 {
 		t.Fatalf("Serve called %d times, want 2", n)
+	}
+}
+
+// A VMM that reconnects at once closes its socket and dials again while
+// the back-end is still tearing the old connection down: the new
+// connection waits for that instead of being refused.
+func TestImmediateReconnectIsServed(t *testing.T) {
+	f := &daemontest.Factory{}
+	m := newManager(t, testConfig(t, f))
+	d, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "d0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Backend("d0").Teardown.Store(int64(100 * time.Millisecond))
+	c1 := dial(t, d.Socket)
+	ping(t, c1)
+	c1.Close()
+	c2 := dial(t, d.Socket) // no wait for the disconnect
+	ping(t, c2)
+	if i := info(t, m, "d0"); i.Refused != 0 || i.Connections != 2 {
+		t.Fatalf("after an immediate reconnect: %+v", i)
 	}
 }
 

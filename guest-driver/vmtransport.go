@@ -59,3 +59,16 @@ func (t *VMTransport) Doorbells() (guestmem.View, error) {
 	}
 	return v, nil
 }
+
+// VMConfig is how a VMM launches a vStellar device: the vmm equivalent of
+// QEMU's `-device vhost-user-test-device-pci,virtio-id=42,num_vqs=3,
+// vq_size=256,config_size=256` with memSize bytes of memfd guest RAM.
+func VMConfig(socketPath string, memSize uint64) vmm.Config {
+	return vmm.Config{
+		SocketPath: socketPath,
+		MemSize:    memSize,
+		NumQueues:  abi.NumQueues,
+		QueueSize:  abi.DefaultQueueSize,
+		ConfigSize: abi.ConfigSize,
+	}
+}

@@ -41,7 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "vstellard: %v\n", err)
 		return 2
 	}
-	cfg.Factory = newDevice
+	cfg.Factory = daemon.StellarDevice
 	m, err := daemon.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "vstellard: %v\n", err)

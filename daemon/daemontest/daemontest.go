@@ -15,6 +15,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vstellar/vstellar/daemon"
 )
@@ -26,6 +27,10 @@ type Backend struct {
 	// Stuck, if non-nil, makes Serve ignore ctx and its connection being
 	// closed and block until Stuck is closed.
 	Stuck chan struct{}
+	// Teardown (nanoseconds) makes Serve take this long to return after
+	// its connection ends, as a real back-end does while it unmaps guest
+	// memory. Atomic: tests set it while the device runs.
+	Teardown atomic.Int64
 
 	Shutdowns atomic.Int32
 	Serves    atomic.Int32
@@ -44,6 +49,7 @@ func (b *Backend) Serve(ctx context.Context, conn *net.UnixConn) error {
 	b.cur = conn
 	b.mu.Unlock()
 	defer func() {
+		time.Sleep(time.Duration(b.Teardown.Load()))
 		b.mu.Lock()
 		b.cur = nil
 		b.mu.Unlock()

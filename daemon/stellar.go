@@ -1,12 +1,35 @@
-package main
+package daemon
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 
-	"github.com/vstellar/vstellar/daemon"
+	stellardev "github.com/vstellar/vstellar/device"
+	"github.com/vstellar/vstellar/vhost"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
+
+// StellarDevice is the DeviceFactory vstellard runs: a vStellar device
+// model (package device) served by a vhost-user back-end (package vhost).
+func StellarDevice(_ context.Context, spec DeviceSpec, log *slog.Logger) (Instance, error) {
+	limits, err := parseLimits(spec.Limits)
+	if err != nil {
+		return Instance{}, err
+	}
+	dev, err := stellardev.New(stellardev.Config{Name: spec.Name, Limits: limits}, log)
+	if errors.Is(err, abi.ErrBadValue) {
+		// Limits out of range: the operator's error (HTTP 400).
+		return Instance{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err != nil {
+		return Instance{}, err
+	}
+	be := vhost.NewBackend(dev, vhost.Options{Name: spec.Name, Logger: log})
+	return Instance{Backend: be, Device: dev}, nil
+}
 
 // limitsJSON is the JSON form of a device's "limits" object. Absent or
 // zero fields take abi.DefaultLimits.
@@ -31,8 +54,8 @@ type limitsJSON struct {
 func parseLimits(raw json.RawMessage) (abi.Limits, error) {
 	var l limitsJSON
 	if len(raw) > 0 {
-		if err := daemon.DecodeStrict(raw, &l); err != nil {
-			return abi.Limits{}, fmt.Errorf("%w: limits: %w", daemon.ErrInvalid, err)
+		if err := DecodeStrict(raw, &l); err != nil {
+			return abi.Limits{}, fmt.Errorf("%w: limits: %w", ErrInvalid, err)
 		}
 	}
 	return abi.Limits{
