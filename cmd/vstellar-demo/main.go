@@ -151,11 +151,20 @@ func (d *demo) run(ctx context.Context, stderr io.Writer) error {
 		}
 	}
 
-	fmt.Fprintln(d.out, "daemon: shutting down")
-	shutdown()
+	if d.o.api != "" {
+		fmt.Fprintln(d.out, "daemon: destroying the demo's devices")
+		for _, v := range vms {
+			if err := client.DestroyDevice(ctx, v.name); err != nil {
+				return fmt.Errorf("destroying %s: %w", v.name, err)
+			}
+		}
+	} else {
+		fmt.Fprintln(d.out, "daemon: shutting down")
+		shutdown()
+	}
 	for _, v := range vms {
 		v.res.ShutdownNotes = drain(v.vm.ConfigChanges(), time.Second)
-		d.step("%s: told of the shutdown (%d config-change notice)", v.name, v.res.ShutdownNotes)
+		d.step("%s: front-end told its device is going away (%d config-change notice)", v.name, v.res.ShutdownNotes)
 		d.results = append(d.results, *v.res)
 	}
 	d.table()

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// The README's first command must keep working: run the demo as it runs
+// there (in-process daemon), and check what it reports.
+func TestDemo(t *testing.T) {
+	var out, errOut strings.Builder
+	if code := run([]string{"--vms", "2", "--mem", "1", "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var results []result
+	if err := json.Unmarshal([]byte(out.String()), &results); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out.String())
+	}
+	if len(results) != 2 {
+		t.Fatalf("%d results", len(results))
+	}
+	guids := map[string]bool{}
+	for _, r := range results {
+		if r.MaxQP == 0 || r.BootMs <= 0 || r.ReconnectMs <= 0 || r.ShutdownNotes < 1 ||
+			!strings.HasPrefix(r.Doorbells, "shmem region 0") {
+			t.Errorf("%s: %+v", r.VM, r)
+		}
+		guids[r.NodeGUID] = true
+	}
+	if len(guids) != 2 {
+		t.Errorf("devices share a node GUID: %v", guids)
+	}
+}
+
+func TestDemoRejectsBadFlags(t *testing.T) {
+	var out, errOut strings.Builder
+	for _, args := range [][]string{{"--vms", "0"}, {"--mem", "-1"}, {"--bogus"}} {
+		if code := run(args, &out, &errOut); code != 2 {
+			t.Errorf("%v: exit %d", args, code)
+		}
+	}
+}
