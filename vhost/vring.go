@@ -294,30 +294,31 @@ func (s *session) setVringKick(m *Message) ([]byte, error) {
 }
 
 func (s *session) setVringCall(m *Message) ([]byte, error) {
-	r, fd, err := s.vringFile(m)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.closeFD(&r.callFD)
-	r.callFD = fd
-	// One interrupt on every new call fd, as libvhost-user does: after a
-	// reconnect the driver may be waiting for a completion whose
-	// interrupt went to the old fd. A spurious interrupt costs nothing.
-	r.signal(fd)
-	return nil, nil
+	return s.setVringEventFD(m, func(r *vring) *int { return &r.callFD }, true)
 }
 
 func (s *session) setVringErr(m *Message) ([]byte, error) {
+	return s.setVringEventFD(m, func(r *vring) *int { return &r.errFD }, false)
+}
+
+// setVringEventFD installs the call or error eventfd of a ring (or none,
+// with the NOFD bit). With announce, the new fd is signalled once, as
+// libvhost-user does for call fds: after a reconnect the driver may be
+// waiting for a completion whose interrupt went to the old fd, and a
+// spurious interrupt costs nothing.
+func (s *session) setVringEventFD(m *Message, which func(*vring) *int, announce bool) ([]byte, error) {
 	r, fd, err := s.vringFile(m)
 	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.closeFD(&r.errFD)
-	r.errFD = fd
+	slot := which(r)
+	r.closeFD(slot)
+	*slot = fd
+	if announce {
+		r.signal(fd)
+	}
 	return nil, nil
 }
 
