@@ -265,6 +265,15 @@ func TestHostileFrontEnd(t *testing.T) {
 		{name: "memory table with zero regions", run: errorAck(ReqSetMemTable, func(*testGuest) []byte { return state(0, 0) }, mem)},
 		{name: "fd on a request that takes none", run: errorAck(ReqSetOwner, func(*testGuest) []byte { return nil }, mem)},
 		{name: "kick without fd or NOFD", run: errorAck(ReqSetVringKick, func(*testGuest) []byte { return u64(0) }, none)},
+		{name: "kick fd that is not an eventfd", run: errorAck(ReqSetVringKick, func(*testGuest) []byte { return u64(0) }, mem)},
+		{name: "call fd that is a socket", run: func(t *testing.T, s *served, g *testGuest) {
+			a, b := socketPair(t)
+			defer a.Close()
+			defer b.Close()
+			f, _ := a.File()
+			defer f.Close()
+			s.fe.mustFail(uint32(ReqSetVringCall), u64(1), int(f.Fd()))
+		}},
 		{name: "kick with reserved bits", run: errorAck(ReqSetVringKick, func(*testGuest) []byte { return u64(1 << 20) }, none)},
 		{name: "features never offered", run: errorAck(ReqSetFeatures, func(*testGuest) []byte { return u64(1 << 63) }, none)},
 		{name: "short payload", run: errorAck(ReqSetVringNum, func(*testGuest) []byte { return []byte{1, 2, 3} }, none)},

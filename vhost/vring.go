@@ -278,6 +278,9 @@ func (s *session) vringFile(m *Message) (*vring, int, error) {
 	case f.NoFD:
 		return r, -1, nil
 	}
+	if err := checkEventFD(m.fds[0]); err != nil {
+		return nil, -1, err
+	}
 	return r, m.TakeFD(0), nil
 }
 
@@ -386,14 +389,22 @@ func (r *vring) startWorker(fd int) error {
 		}
 		kick = os.NewFile(uintptr(fd), fmt.Sprintf("kick%d", r.idx))
 	}
+	stop, done := make(chan struct{}), make(chan struct{})
 	r.mu.Lock()
 	r.kick, r.pollMode = kick, kick == nil
-	r.stop, r.done = make(chan struct{}), make(chan struct{})
+	r.stop, r.done = stop, done
 	r.mu.Unlock()
+	// done closes once both goroutines have returned, so a kick read
+	// that completes during a stop cannot mark the stopped ring started.
+	var wg sync.WaitGroup
 	if kick != nil {
-		go r.readKicks(kick, r.stop)
+		wg.Go(func() { r.readKicks(kick, stop) })
 	}
-	go r.run(r.stop, r.done)
+	wg.Go(func() { r.run(stop) })
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
 	return nil
 }
 
@@ -430,14 +441,17 @@ func (r *vring) readKicks(kick *os.File, stop chan struct{}) {
 		}
 		r.s.b.stats.Kicks.Add(1)
 		r.mu.Lock()
-		r.started = true
+		select {
+		case <-stop: // stopping: this kick belongs to the next start
+		default:
+			r.started = true
+		}
 		r.mu.Unlock()
 		r.wakeup()
 	}
 }
 
-func (r *vring) run(stop, done chan struct{}) {
-	defer close(done)
+func (r *vring) run(stop chan struct{}) {
 	var tick <-chan time.Time
 	if r.pollMode {
 		t := time.NewTicker(pollInterval)
