@@ -9,7 +9,8 @@ import "fmt"
 const MaxNameLen = 64
 
 // ValidateName reports whether name is an acceptable device name: 1 to
-// MaxNameLen characters from [a-zA-Z0-9_.-], not "." or "..". Such a name
+// MaxNameLen characters from [a-zA-Z0-9_.-], not "." or "..", and not
+// "vstellard", whose socket would be the management API's. Such a name
 // has no path separator, so "<RunDir>/<name>.sock" always names a file
 // directly inside the run directory. The error wraps ErrInvalid.
 func ValidateName(name string) error {
@@ -18,7 +19,7 @@ func ValidateName(name string) error {
 		return fmt.Errorf("%w: device name is empty", ErrInvalid)
 	case len(name) > MaxNameLen:
 		return fmt.Errorf("%w: device name is %d bytes long, the limit is %d", ErrInvalid, len(name), MaxNameLen)
-	case name == "." || name == "..":
+	case name == "." || name == ".." || name+".sock" == APISocketName:
 		return fmt.Errorf("%w: device name %q is reserved", ErrInvalid, name)
 	}
 	for i := 0; i < len(name); i++ {

@@ -16,7 +16,8 @@ func TestValidateName(t *testing.T) {
 		}
 	}
 	bad := []string{"", ".", "..", "../x", "a/b", "/abs", `a\b`, "a b", "a\x00b", "é",
-		"x\n", strings.Repeat("x", daemon.MaxNameLen+1), "a:b", "*"}
+		"x\n", strings.Repeat("x", daemon.MaxNameLen+1), "a:b", "*",
+		"vstellard"} // its socket would be the API socket
 	for _, n := range bad {
 		if err := daemon.ValidateName(n); !errors.Is(err, daemon.ErrInvalid) {
 			t.Errorf("ValidateName(%q) = %v, want ErrInvalid", n, err)

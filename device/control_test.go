@@ -277,8 +277,8 @@ func TestInactiveDeviceLeavesRing(t *testing.T) {
 	}
 }
 
-// TestConcurrentUse runs the control queue while config space is read and
-// the device is deactivated, for the race detector.
+// TestConcurrentUse runs the control queue while config space and the
+// stats are read, for the race detector, then deactivates the device.
 func TestConcurrentUse(t *testing.T) {
 	d := newDevice(t, Config{})
 	activate(t, d, allFeatures(d))

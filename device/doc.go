@@ -6,8 +6,9 @@
 // space with the per-device limits, the doorbell shared memory region),
 // maps the device's own doorbell region into the guest on activation
 // (shmid 0, or the documented guest-RAM fallback when the front-end cannot),
-// and serves the control queue: QUERY_DEVICE is executed, every other
-// defined opcode is answered NOT_SUPPORTED until the data path lands.
+// and serves the control queue: QUERY_DEVICE and RESET_STATE are executed,
+// every other defined opcode is answered NOT_SUPPORTED until the data path
+// lands.
 //
 // Invariants:
 //   - Every request is copied out of guest memory into a private buffer

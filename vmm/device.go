@@ -22,6 +22,9 @@ func (vm *VM) Start(ctx context.Context) error {
 	if vm.running {
 		return errors.New("vmm: device already started")
 	}
+	if vm.fe == nil {
+		return errors.New("vmm: not connected (a reconnect failed)")
+	}
 	if !vm.driverOK {
 		if err := vm.driverInit(); err != nil {
 			return err
@@ -256,8 +259,10 @@ func (vm *VM) Reconnect(ctx context.Context) error {
 		// probably gone and every message fails.
 		_ = vm.stopLocked(ctx)
 	}
-	vm.fe.Close()
-	vm.fe = nil
+	if vm.fe != nil { // nil after a failed reconnect
+		vm.fe.Close()
+		vm.fe = nil
+	}
 	if err := vm.connect(ctx); err != nil {
 		return err
 	}

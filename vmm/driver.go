@@ -47,11 +47,18 @@ func (vm *VM) WaitInterrupt(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { q.call.SetReadDeadline(time.Unix(1, 0)) })
+	// The deadline is cleared on every return, also when ctx fired: a
+	// past deadline left behind would fail the next wait at once.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		q.call.SetReadDeadline(time.Unix(1, 0))
+		close(fired)
+	})
 	defer func() {
-		if stop() {
-			q.call.SetReadDeadline(time.Time{})
+		if !stop() {
+			<-fired
 		}
+		q.call.SetReadDeadline(time.Time{})
 	}()
 	if dl, ok := ctx.Deadline(); ok {
 		q.call.SetReadDeadline(dl)

@@ -440,3 +440,48 @@ func TestBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// A reconnect that fails (back-end still gone) leaves the VM without a
+// connection; the next attempt, as QEMU's reconnect timer makes, must
+// work, and Start in between must fail cleanly.
+func TestReconnectAfterFailedReconnect(t *testing.T) {
+	ctx := ctx10(t)
+	be := newFakeBackend(t, 1)
+	vm := newVM(t, be, Config{NumQueues: 1})
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.drop()
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := vm.Reconnect(dead); err == nil {
+		t.Fatal("reconnect with a cancelled context succeeded")
+	}
+	if err := vm.Start(ctx); err == nil {
+		t.Fatal("Start without a connection succeeded")
+	}
+	if err := vm.Reconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := vm.Request(ctx, 0, []byte("again"), 5); err != nil || string(got) != "AGAIN" {
+		t.Errorf("request after the second reconnect: %q %v", got, err)
+	}
+}
+
+// A wait cut short by its context must not leave the call fd with an
+// expired deadline that fails the next wait at once.
+func TestWaitInterruptAfterCancelledWait(t *testing.T) {
+	be := newFakeBackend(t, 1)
+	vm := newVM(t, be, Config{NumQueues: 1})
+	dead, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := vm.WaitInterrupt(dead, 0); err == nil {
+		t.Fatal("wait with a cancelled context succeeded")
+	}
+	if _, err := unix.Write(vm.queues[0].callFD, u64(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.WaitInterrupt(context.Background(), 0); err != nil {
+		t.Fatalf("wait with a pending interrupt: %v", err)
+	}
+}
