@@ -165,6 +165,13 @@ func (vm *VM) startQueue(ctx context.Context, idx uint32, q *queue) error {
 	if err := fe.SetVringAddr(ctx, addr); err != nil {
 		return err
 	}
+	// QEMU arms every host notifier with a count of 1 when it starts the
+	// device (event_notifier_init(notifier, 1) in
+	// virtio_bus_set_host_notifier), so the back-end's ring starts with a
+	// kick and serves what the guest queued while no back-end listened.
+	if err := signalEventFD(q.kickFD); err != nil {
+		return fmt.Errorf("arming kick eventfd: %w", err)
+	}
 	if err := fe.SetVringKick(ctx, idx, q.kickFD); err != nil {
 		return err
 	}

@@ -32,10 +32,19 @@ func (vm *VM) Kick(i int) error {
 	if err != nil {
 		return err
 	}
+	if err := signalEventFD(q.kickFD); err != nil {
+		return fmt.Errorf("vmm: kick queue %d: %w", i, err)
+	}
+	return nil
+}
+
+// signalEventFD adds 1 to an eventfd's counter. EAGAIN means the counter
+// is saturated: the reader will wake anyway.
+func signalEventFD(fd int) error {
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
-	if _, err := unix.Write(q.kickFD, one[:]); err != nil && err != unix.EAGAIN {
-		return fmt.Errorf("vmm: kick queue %d: %w", i, err)
+	if _, err := unix.Write(fd, one[:]); err != nil && err != unix.EAGAIN {
+		return err
 	}
 	return nil
 }
