@@ -49,28 +49,19 @@ func (c *Chain) WriteAll(src []byte) uint32 { return c.WriteAt(src, 0) }
 // WriteAt scatters src into the writable part starting off bytes in and
 // returns the number of bytes written.
 func (c *Chain) WriteAt(src []byte, off uint64) uint32 {
-	n := 0
-	for _, v := range c.Writable {
-		if len(src) == 0 {
-			break
-		}
-		l := v.Len()
-		if off >= l {
-			off -= l
-			continue
-		}
-		k := v.CopyIn(off, src)
-		off = 0
-		src = src[k:]
-		n += k
-	}
-	return uint32(n)
+	return uint32(walk(c.Writable, src, off, func(v guestmem.View, o uint64, b []byte) int { return v.CopyIn(o, b) }))
 }
 
 func gather(vs []guestmem.View, dst []byte, off uint64) int {
+	return walk(vs, dst, off, func(v guestmem.View, o uint64, b []byte) int { return v.CopyOut(b, o) })
+}
+
+// walk copies between b and the buffers vs, starting off bytes into them;
+// cp moves one buffer's share. It returns the bytes copied.
+func walk(vs []guestmem.View, b []byte, off uint64, cp func(v guestmem.View, off uint64, b []byte) int) int {
 	n := 0
 	for _, v := range vs {
-		if len(dst) == 0 {
+		if len(b) == 0 {
 			break
 		}
 		l := v.Len()
@@ -78,9 +69,9 @@ func gather(vs []guestmem.View, dst []byte, off uint64) int {
 			off -= l
 			continue
 		}
-		k := v.CopyOut(dst, off)
+		k := cp(v, off, b)
 		off = 0
-		dst = dst[k:]
+		b = b[k:]
 		n += k
 	}
 	return n
