@@ -48,11 +48,8 @@ func (s *session) setFeatures(m *Message) ([]byte, error) {
 }
 
 func (s *session) setOwner(m *Message) ([]byte, error) {
-	if err := wantEmpty(m); err != nil {
-		return nil, err
-	}
-	s.owner = true
-	return nil, nil
+	// Nothing to record: a connection is the ownership.
+	return nil, wantEmpty(m)
 }
 
 // resetOwner: the spec deprecates RESET_OWNER and lets back-ends "ignore,
@@ -63,7 +60,6 @@ func (s *session) resetOwner(m *Message) ([]byte, error) {
 	}
 	s.stopAllRings()
 	s.deactivate(false)
-	s.owner = false
 	return nil, nil
 }
 

@@ -16,7 +16,6 @@ import (
 type inflight struct {
 	mapping   *guestmem.Mapping
 	queueSize uint16
-	numQueues uint16
 }
 
 func (f *inflight) close() { f.mapping.Unmap() }
@@ -78,7 +77,7 @@ func (s *session) installInflight(fd int, off, size uint64, req Inflight) error 
 	if err != nil {
 		return fmt.Errorf("inflight buffer: %w", err)
 	}
-	f := &inflight{mapping: mp, queueSize: req.QueueSize, numQueues: req.NumQueues}
+	f := &inflight{mapping: mp, queueSize: req.QueueSize}
 	views := make([]guestmem.View, len(s.rings))
 	for i := range int(req.NumQueues) {
 		if views[i], err = f.queueView(i); err != nil {

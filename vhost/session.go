@@ -26,7 +26,6 @@ type session struct {
 	features    uint64 // acked virtio features, including bit 30
 	featuresSet bool
 	proto       atomic.Uint64 // acked protocol features
-	owner       bool
 
 	statusMu sync.Mutex
 	status   virtio.Status

@@ -49,11 +49,6 @@ func (r MemRegion) put(b []byte) {
 	ne.PutUint64(b[24:], r.MmapOffset)
 }
 
-func decodeMemRegion(b []byte) MemRegion {
-	return MemRegion{GuestPhys: ne.Uint64(b[0:]), Size: ne.Uint64(b[8:]),
-		UserAddr: ne.Uint64(b[16:]), MmapOffset: ne.Uint64(b[24:])}
-}
-
 // encodeMemTable lays out SET_MEM_TABLE: u32 nregions, u32 padding, then
 // nregions regions. Like QEMU, only the used regions are sent.
 func encodeMemTable(rs []MemRegion) []byte {
