@@ -10,9 +10,8 @@ import "fmt"
 //
 //	[0, RecordsOffset)                      device page: engine state the
 //	                                        device writes and the driver
-//	                                        reads (idle flag, wake-up
-//	                                        protocol); zero until the data
-//	                                        path defines it
+//	                                        reads (the idle flag of the
+//	                                        wake-up protocol)
 //	[RecordsOffset, +Records*RecordSize)    doorbell records, one per QP and
 //	                                        per CQ, handed out by CREATE_QP
 //	                                        and CREATE_CQ by index
@@ -100,3 +99,60 @@ func (d DoorbellLayout) RecordOffset(i uint32) (off uint64, ok bool) {
 	}
 	return uint64(d.RecordsOffset) + uint64(i)*uint64(d.RecordSize), true
 }
+
+// Device page (offset 0 of the doorbell region), written by the device.
+//
+//	0x00 le32 engine_flags (EngineIdle)
+//	0x04 le32 reserved
+//	0x08 le64 wakeups: how many times the engine was woken from idle
+const (
+	DevPageOffEngineFlags = 0x00
+	DevPageOffWakeups     = 0x08
+)
+
+// EngineIdle is set in engine_flags while the device's engine sleeps. The
+// wake-up protocol: the driver writes its WQEs, stores the producer index
+// into the doorbell record, then (after a full barrier, which an atomic
+// store gives) loads engine_flags; if EngineIdle is set it kicks
+// QueueWakeup. The engine, before it sleeps, stores EngineIdle, then
+// scans every doorbell once more and only sleeps if that scan found no
+// work. One of the two always sees the other's store, so a doorbell is
+// never lost, and a busy engine (flag clear) costs the driver no kick.
+const EngineIdle uint32 = 1 << 0
+
+// QP doorbell record (one per QP, RecordSize bytes at RecordOffset(i)).
+// The driver owns the producer indices, the device the consumer indices;
+// all are free-running 32-bit counters (index = counter mod ring size).
+//
+//	0x00 le32 sq_prod  driver: send WQEs posted
+//	0x04 le32 rq_prod  driver: receive WQEs posted
+//	0x08 le32 sq_cons  device: send WQEs retired (slots free for reuse)
+//	0x0c le32 rq_cons  device: receive WQEs consumed
+const (
+	QPDoorbellOffSQProd = 0x00
+	QPDoorbellOffRQProd = 0x04
+	QPDoorbellOffSQCons = 0x08
+	QPDoorbellOffRQCons = 0x0c
+)
+
+// CQ doorbell record (one per CQ).
+//
+//	0x00 le32 prod     device: CQEs written; a CQE is visible once prod
+//	                   passes it (the device stores prod after the CQE)
+//	0x04 le32 cons     driver: CQEs consumed; the device never overwrites
+//	                   an unconsumed CQE (that is an overflow: EventCQErr)
+//	0x08 le32 arm      driver: arm_sn<<2 | CQArm* flags; writing a new
+//	                   arm_sn arms the CQ for one event
+//	0x0c le32 arm_ack  device: the last arm_sn that produced an event
+const (
+	CQDoorbellOffProd   = 0x00
+	CQDoorbellOffCons   = 0x04
+	CQDoorbellOffArm    = 0x08
+	CQDoorbellOffArmAck = 0x0c
+)
+
+// CQArmWord encodes the arm word for sequence number sn and flags.
+func CQArmWord(sn uint32, flags uint32) uint32 { return sn<<2 | flags&cqArmFlags }
+
+// SplitCQArmWord splits an arm word into sequence number and flags.
+func SplitCQArmWord(w uint32) (sn, flags uint32) { return w >> 2, w & cqArmFlags }

@@ -20,3 +20,7 @@ var (
 	// ErrVersion: the ABI major version is not one this code speaks.
 	ErrVersion = errors.New("abi: unsupported ABI version")
 )
+
+// ErrBadTransition: a MODIFY_QP asks for a state change the QP state
+// machine does not have. The device answers StatusBadState.
+var ErrBadTransition = errors.New("abi: illegal QP state transition")

@@ -34,8 +34,8 @@ const (
 	opLast = OpResetState
 )
 
-// opInfo describes an opcode. A payload size of -1 means the layout is not
-// specified by this ABI edition yet; the device answers NOT_SUPPORTED.
+// opInfo describes an opcode: its name and the exact sizes of its request
+// and response payloads (after the headers).
 type opInfo struct {
 	name     string
 	reqSize  int
@@ -44,24 +44,24 @@ type opInfo struct {
 
 var opTable = [...]opInfo{
 	OpQueryDevice:     {"QUERY_DEVICE", QueryDeviceReqSize, DeviceAttrSize},
-	OpQueryPort:       {"QUERY_PORT", -1, -1},
-	OpQueryGID:        {"QUERY_GID", -1, -1},
-	OpAddGID:          {"ADD_GID", -1, -1},
-	OpDelGID:          {"DEL_GID", -1, -1},
-	OpAllocPD:         {"ALLOC_PD", -1, -1},
-	OpDeallocPD:       {"DEALLOC_PD", -1, -1},
-	OpCreateCQ:        {"CREATE_CQ", -1, -1},
-	OpResizeCQ:        {"RESIZE_CQ", -1, -1},
-	OpDestroyCQ:       {"DESTROY_CQ", -1, -1},
-	OpCreateQP:        {"CREATE_QP", -1, -1},
-	OpModifyQP:        {"MODIFY_QP", -1, -1},
-	OpQueryQP:         {"QUERY_QP", -1, -1},
-	OpDestroyQP:       {"DESTROY_QP", -1, -1},
-	OpRegMR:           {"REG_MR", -1, -1},
-	OpDeregMR:         {"DEREG_MR", -1, -1},
-	OpCreateAH:        {"CREATE_AH", -1, -1},
-	OpDestroyAH:       {"DESTROY_AH", -1, -1},
-	OpSetDoorbellArea: {"SET_DOORBELL_AREA", -1, -1},
+	OpQueryPort:       {"QUERY_PORT", payloadSize(QueryPortReq{}), payloadSize(PortAttr{})},
+	OpQueryGID:        {"QUERY_GID", payloadSize(GIDReq{}), payloadSize(GIDEntry{})},
+	OpAddGID:          {"ADD_GID", payloadSize(AddGIDReq{}), 0},
+	OpDelGID:          {"DEL_GID", payloadSize(GIDReq{}), 0},
+	OpAllocPD:         {"ALLOC_PD", 0, payloadSize(HandleResp{})},
+	OpDeallocPD:       {"DEALLOC_PD", payloadSize(HandleReq{}), 0},
+	OpCreateCQ:        {"CREATE_CQ", payloadSize(CreateCQReq{}), payloadSize(CreateCQResp{})},
+	OpResizeCQ:        {"RESIZE_CQ", payloadSize(ResizeCQReq{}), 0},
+	OpDestroyCQ:       {"DESTROY_CQ", payloadSize(HandleReq{}), 0},
+	OpCreateQP:        {"CREATE_QP", payloadSize(CreateQPReq{}), payloadSize(CreateQPResp{})},
+	OpModifyQP:        {"MODIFY_QP", payloadSize(ModifyQPReq{}), 0},
+	OpQueryQP:         {"QUERY_QP", payloadSize(HandleReq{}), payloadSize(QueryQPResp{})},
+	OpDestroyQP:       {"DESTROY_QP", payloadSize(HandleReq{}), 0},
+	OpRegMR:           {"REG_MR", payloadSize(RegMRReq{}), payloadSize(RegMRResp{})},
+	OpDeregMR:         {"DEREG_MR", payloadSize(HandleReq{}), 0},
+	OpCreateAH:        {"CREATE_AH", payloadSize(CreateAHReq{}), payloadSize(HandleResp{})},
+	OpDestroyAH:       {"DESTROY_AH", payloadSize(HandleReq{}), 0},
+	OpSetDoorbellArea: {"SET_DOORBELL_AREA", payloadSize(SetDoorbellAreaReq{}), 0},
 	OpResetState:      {"RESET_STATE", 0, 0},
 }
 
@@ -77,8 +77,9 @@ func Opcodes() []Opcode {
 // Known reports whether op is defined by the ABI.
 func (op Opcode) Known() bool { return op >= 1 && op <= opLast }
 
-// Specified reports whether this ABI edition defines op's payloads.
-func (op Opcode) Specified() bool { return op.Known() && opTable[op].reqSize >= 0 }
+// Specified reports whether this ABI edition defines op's payloads (all
+// known opcodes, since ABI 1.0).
+func (op Opcode) Specified() bool { return op.Known() }
 
 // RequestSize is the exact size of op's request payload (after the
 // header), if specified.

@@ -110,6 +110,8 @@ func StatusFor(err error) Status {
 		return st
 	case errors.Is(err, ErrUnknownOpcode):
 		return StatusInvalidOpcode
+	case errors.Is(err, ErrBadTransition):
+		return StatusBadState
 	case errors.Is(err, ErrShortBuffer), errors.Is(err, ErrBadLength),
 		errors.Is(err, ErrReservedNonZero), errors.Is(err, ErrBadValue):
 		return StatusInvalidArgument

@@ -1,0 +1,23 @@
+// Package fabric is the seam between a device's engine and whatever
+// carries its RC traffic to peer QPs. The requester side of an engine
+// hands a Request to a Fabric; the fabric carries it to the device that
+// owns the destination GID and calls that device's Responder, then reports
+// the Outcome back through the requester's Completer.
+//
+// This package holds the interface and Local, the in-process fabric that
+// joins the devices of one daemon (two VMs on one host): Post calls the
+// destination's Responder directly, so a WRITE is one copy from the source
+// guest's memory into the destination guest's. The cross-host transport
+// (transport/) implements the same interface over UDP: it cuts a Request
+// into packets, places them at their offsets on arrival through the remote
+// Responder, and completes in order.
+//
+// Invariants:
+//   - Complete is called exactly once per Post, possibly before Post
+//     returns, in the order the requests of one source QP were posted.
+//   - A Responder never blocks on another device: when it cannot serve a
+//     request right now (its device is stopping or changing memory) it
+//     answers OutcomeRetry and the requester retries.
+//   - A GID belongs to at most one device: Register refuses a GID another
+//     device holds, so a guest cannot capture another tenant's traffic.
+package fabric

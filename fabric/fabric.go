@@ -1,0 +1,209 @@
+package fabric
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// Addr names a QP anywhere: the GID of its device and its QP number.
+type Addr struct {
+	GID abi.GID
+	QPN uint32
+}
+
+func (a Addr) String() string { return fmt.Sprintf("%x/%d", a.GID[:], a.QPN) }
+
+// Op is the operation a request asks of the responder.
+type Op uint8
+
+const (
+	OpWrite Op = iota + 1
+	OpWriteImm
+	OpSend
+	OpSendImm
+	OpRead
+	OpCmpSwap
+	OpFetchAdd
+)
+
+var opNames = [...]string{OpWrite: "WRITE", OpWriteImm: "WRITE_IMM", OpSend: "SEND", OpSendImm: "SEND_IMM",
+	OpRead: "READ", OpCmpSwap: "CMP_SWAP", OpFetchAdd: "FETCH_ADD"}
+
+func (o Op) String() string {
+	if int(o) < len(opNames) && opNames[o] != "" {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// Request is one RC message. The requester owns it until Complete.
+type Request struct {
+	Op       Op
+	Src, Dst Addr
+	// RemoteAddr and RKey address the responder's memory (WRITE, READ,
+	// atomics).
+	RemoteAddr uint64
+	RKey       uint32
+	// Imm is the immediate data of WRITE_IMM and SEND_IMM.
+	Imm uint32
+	// Solicited asks the responder for a solicited event (SEND).
+	Solicited bool
+	// Compare and SwapAdd are the operands of CMP_SWAP (compare, swap) and
+	// FETCH_ADD (SwapAdd is the addend).
+	Compare, SwapAdd uint64
+	// Len is the message length: the bytes of Local for WRITE and SEND,
+	// the bytes to read for READ, 8 for atomics.
+	Len uint64
+	// Local is the requester's memory: the source of WRITE and SEND, the
+	// destination of READ data and of an atomic's original value. It stays
+	// valid until Complete.
+	Local []guestmem.View
+	// Token is the requester's own tag for the request (the fabric does
+	// not look at it).
+	Token uint64
+}
+
+// Outcome is how a request ended.
+type Outcome uint8
+
+const (
+	// OutcomeOK: executed (and, for READ and atomics, Local filled).
+	OutcomeOK Outcome = iota
+	// OutcomeRNR: receiver not ready: a SEND found no receive WQE. The
+	// requester retries after the QP's RNR timer, up to rnr_retry.
+	OutcomeRNR
+	// OutcomeRetry: the responder could not serve the request now (its
+	// device is stopping or changing memory); the requester retries, up
+	// to retry_cnt.
+	OutcomeRetry
+	// OutcomeRemoteAccess: bad rkey, range, PD or access at the responder.
+	OutcomeRemoteAccess
+	// OutcomeInvalidRequest: the responder's QP cannot take this request
+	// (wrong state, receive buffer too small, opcode not allowed).
+	OutcomeInvalidRequest
+	// OutcomeRemoteOp: the responder failed to execute a valid request.
+	OutcomeRemoteOp
+	// OutcomeUnreachable: no device owns the destination GID or QP.
+	OutcomeUnreachable
+)
+
+var outcomeNames = [...]string{"OK", "RNR", "RETRY", "REMOTE_ACCESS", "INVALID_REQUEST", "REMOTE_OP", "UNREACHABLE"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Responder executes arriving requests against its device's QPs. It must
+// be safe for concurrent use and must not block on another device.
+type Responder interface {
+	Respond(req *Request) Outcome
+}
+
+// Completer receives the outcome of a posted request.
+type Completer interface {
+	Complete(req *Request, o Outcome)
+}
+
+// Fabric carries requests to the devices that own their destinations.
+type Fabric interface {
+	// Register makes r the responder for gid. It fails if another
+	// responder holds gid. The returned function unregisters it; after it
+	// returns, r is not called again.
+	Register(gid abi.GID, r Responder) (unregister func(), err error)
+	// Post carries req to req.Dst and calls c.Complete exactly once.
+	Post(req *Request, c Completer)
+}
+
+// ErrGIDInUse is returned by Register for a GID another device holds.
+var ErrGIDInUse = errors.New("fabric: GID in use by another device")
+
+// Local is the in-process fabric: every device of one daemon.
+type Local struct {
+	mu    sync.Mutex
+	peers atomic.Pointer[map[abi.GID]*entry] // copy-on-write: Post is lock-free
+}
+
+// entry is one registration. Post holds it in an RWMutex read section so
+// unregister can wait out calls in flight.
+type entry struct {
+	r    Responder
+	mu   sync.RWMutex
+	gone bool
+}
+
+var _ Fabric = (*Local)(nil)
+
+// NewLocal returns an empty in-process fabric.
+func NewLocal() *Local {
+	l := &Local{}
+	m := map[abi.GID]*entry{}
+	l.peers.Store(&m)
+	return l
+}
+
+// Register implements Fabric.
+func (l *Local) Register(gid abi.GID, r Responder) (func(), error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := *l.peers.Load()
+	if _, ok := old[gid]; ok {
+		return nil, fmt.Errorf("gid %x: %w", gid[:], ErrGIDInUse)
+	}
+	e := &entry{r: r}
+	m := make(map[abi.GID]*entry, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[gid] = e
+	l.peers.Store(&m)
+	return func() { l.unregister(gid, e) }, nil
+}
+
+func (l *Local) unregister(gid abi.GID, e *entry) {
+	l.mu.Lock()
+	old := *l.peers.Load()
+	if old[gid] == e {
+		m := make(map[abi.GID]*entry, len(old))
+		for k, v := range old {
+			if k != gid {
+				m[k] = v
+			}
+		}
+		l.peers.Store(&m)
+	}
+	l.mu.Unlock()
+	e.mu.Lock() // waits for calls in flight
+	e.gone = true
+	e.mu.Unlock()
+}
+
+// Post implements Fabric: it calls the destination's responder on the
+// caller's goroutine and completes before returning.
+func (l *Local) Post(req *Request, c Completer) {
+	c.Complete(req, l.deliver(req))
+}
+
+func (l *Local) deliver(req *Request) Outcome {
+	e := (*l.peers.Load())[req.Dst.GID]
+	if e == nil {
+		return OutcomeUnreachable
+	}
+	if !e.mu.TryRLock() {
+		// Being unregistered: as good as gone, but let the requester
+		// retry rather than fail on a race with a re-registration.
+		return OutcomeRetry
+	}
+	defer e.mu.RUnlock()
+	if e.gone {
+		return OutcomeUnreachable
+	}
+	return e.r.Respond(req)
+}
