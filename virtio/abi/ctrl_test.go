@@ -3,6 +3,7 @@ package abi
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -28,7 +29,11 @@ func TestDecodeRequest(t *testing.T) {
 		{"opcode max", req(0xffffffff, 0), ErrUnknownOpcode, StatusInvalidOpcode},
 		{"trailing bytes", req(OpQueryDevice, 0, 1), ErrBadLength, StatusInvalidArgument},
 		{"oversized", req(OpQueryDevice, 0, make([]byte, MaxRequestSize)...), ErrBadLength, StatusInvalidArgument},
-		{"unspecified opcode any payload", req(OpCreateQP, 0, 1, 2, 3), nil, StatusOK},
+		{"create qp short payload", req(OpCreateQP, 0, 1, 2, 3), ErrShortBuffer, StatusInvalidArgument},
+		{"create qp full payload", req(OpCreateQP, 0, make([]byte, 56)...), nil, StatusOK},
+		{"create qp trailing byte", req(OpCreateQP, 0, make([]byte, 57)...), ErrBadLength, StatusInvalidArgument},
+		{"reset state", req(OpResetState, 0), nil, StatusOK},
+		{"alloc pd with payload", req(OpAllocPD, 0, 0), ErrBadLength, StatusInvalidArgument},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r, err := DecodeRequest(c.in)
@@ -92,6 +97,24 @@ func TestStatus(t *testing.T) {
 	if StatusFor(err) != StatusNoResources {
 		t.Error("StatusFor does not see through StatusError")
 	}
+	for _, c := range []struct {
+		err  error
+		want Status
+	}{
+		{nil, StatusOK},
+		{fmt.Errorf("x: %w", ErrShortBuffer), StatusInvalidArgument},
+		{fmt.Errorf("x: %w", ErrBadLength), StatusInvalidArgument},
+		{fmt.Errorf("x: %w", ErrReservedNonZero), StatusInvalidArgument},
+		{fmt.Errorf("x: %w", ErrBadValue), StatusInvalidArgument},
+		{fmt.Errorf("x: %w", ErrUnknownOpcode), StatusInvalidOpcode},
+		{fmt.Errorf("x: %w", ErrBadTransition), StatusBadState},
+		{fmt.Errorf("engine: qp 7: %w", StatusBusy), StatusBusy},
+		{fmt.Errorf("ring: %w", StatusBadAddress), StatusBadAddress},
+	} {
+		if got := StatusFor(c.err); got != c.want {
+			t.Errorf("StatusFor(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
 }
 
 func TestOpcodes(t *testing.T) {
@@ -100,23 +123,38 @@ func TestOpcodes(t *testing.T) {
 		t.Fatalf("opcodes %v", ops)
 	}
 	names := map[string]bool{}
-	for _, op := range ops {
+	for i, op := range ops {
+		if op != Opcode(i+1) {
+			t.Errorf("opcode %d at position %d: opcodes are numbered 1..n without gaps", op, i)
+		}
 		if !op.Known() || names[op.String()] {
 			t.Errorf("%d: %q", op, op)
 		}
 		names[op.String()] = true
-		if op.Specified() != (op == OpQueryDevice || op == OpResetState) {
-			t.Errorf("%v specified = %v", op, op.Specified())
+		// Since ABI 1.0 every opcode has fixed payload sizes.
+		if !op.Specified() {
+			t.Errorf("%v not specified", op)
+		}
+		if _, ok := op.RequestSize(); !ok {
+			t.Errorf("%v has no request size", op)
+		}
+		if _, ok := op.ResponseSize(); !ok {
+			t.Errorf("%v has no response size", op)
 		}
 	}
-	if n, ok := OpQueryDevice.ResponseSize(); !ok || n != DeviceAttrSize {
-		t.Errorf("QUERY_DEVICE response size %d %v", n, ok)
+	for _, op := range []Opcode{0, opLast + 1, 0xffffffff} {
+		if op.Known() || op.Specified() {
+			t.Errorf("opcode %d known", op)
+		}
+		if _, ok := op.RequestSize(); ok {
+			t.Errorf("opcode %d has a request size", op)
+		}
+		if _, ok := op.ResponseSize(); ok {
+			t.Errorf("opcode %d has a response size", op)
+		}
 	}
-	if _, ok := OpCreateQP.RequestSize(); ok {
-		t.Errorf("CREATE_QP request size specified")
-	}
-	if Opcode(0).Known() || Opcode(0).String() != "OPCODE_0" {
-		t.Errorf("opcode 0")
+	if Opcode(0).String() != "OPCODE_0" || Opcode(21).String() != "OPCODE_21" {
+		t.Errorf("unknown opcode names %q %q", Opcode(0), Opcode(21))
 	}
 }
 

@@ -6,16 +6,22 @@
 // What it holds: the device id, virtqueue indices and feature bits; the
 // configuration space layout; the per-device limits; the geometry of the
 // shared-memory doorbell region; the control-queue framing (request and
-// response headers, opcodes, status codes); and the command payloads
-// (QUERY_DEVICE in this edition). docs/spec.md is the prose form of this
-// package and is kept true to it.
+// response headers, opcodes, status codes); every command payload; the
+// verbs enumerations and the QP state machine; the data-path formats (send
+// and receive WQEs, SGEs, CQEs, doorbell records, the device page of the
+// wake-up protocol) and asynchronous events. docs/spec.md is the prose
+// form of this package and is kept true to it (spec_test.go checks its
+// tables).
 //
 // Invariants:
 //   - Every structure has exactly one Go definition, a size constant, and
-//     explicit little-endian encoding at fixed offsets (never
-//     encoding/binary.Read on a Go struct, never unsafe casts), pinned byte
-//     for byte by table tests. Host and guest can differ in endianness and
-//     alignment rules; the wire layout cannot.
+//     explicit little-endian encoding at fixed offsets, pinned byte for
+//     byte by table tests: the hot-path formats (WQE, CQE, doorbells) are
+//     encoded by hand; control payloads, off the hot path, are plain
+//     structs encoded by encoding/binary in field order with explicit
+//     Reserved fields for alignment (never unsafe casts). Host and guest
+//     can differ in endianness and alignment rules; the wire layout
+//     cannot.
 //   - Decoding never panics and never trusts a length: short buffers,
 //     trailing bytes, unknown opcodes and non-zero reserved fields in
 //     driver-written structures are errors wrapping the sentinels in

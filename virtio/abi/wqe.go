@@ -109,8 +109,10 @@ type SendWQE struct {
 
 // DecodeSendWQE decodes the header of a send WQE slot and checks it
 // against the QP's limits: a defined opcode and flags, at most maxSGE
-// SGEs, inline only up to maxInline and only for SEND and WRITE opcodes,
-// RC fields for RC. The slot must be at least SendWQEHeaderSize bytes.
+// SGEs (num_sge is ignored with INLINE), inline only up to maxInline and
+// only for SEND and WRITE opcodes, exactly one SGE for atomics. It does
+// not know the QP type: the UD fields (ah, remote_qpn, remote_qkey) are
+// ignored for RC. The slot must be at least SendWQEHeaderSize bytes.
 func DecodeSendWQE(b []byte, maxSGE, maxInline uint32) (SendWQE, error) {
 	if len(b) < SendWQEHeaderSize {
 		return SendWQE{}, fmt.Errorf("send wqe of %d bytes: %w", len(b), ErrShortBuffer)
