@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+
+	"github.com/vstellar/vstellar/fabric"
 )
 
 // Backend serves the vhost-user protocol for one device. *vhost.Backend
@@ -32,9 +34,18 @@ type Instance struct {
 	Device io.Closer
 }
 
+// Shared is what every device of one daemon shares. The Manager creates
+// it once and hands it to every DeviceFactory call.
+type Shared struct {
+	// Fabric connects the devices' data paths: QPs of two VMs served by
+	// one daemon reach each other through it.
+	Fabric fabric.Fabric
+}
+
 // DeviceFactory builds the device model and its Backend for spec. spec
 // has been validated (name, limits is a JSON object or empty); checking
 // the contents of spec.Limits is the factory's job, and it should wrap
-// ErrInvalid for bad limits so that the API answers 400. log already
-// carries the device name. ctx bounds the construction only.
-type DeviceFactory func(ctx context.Context, spec DeviceSpec, log *slog.Logger) (Instance, error)
+// ErrInvalid for bad limits so that the API answers 400. shared is the
+// daemon's. log already carries the device name. ctx bounds the
+// construction only.
+type DeviceFactory func(ctx context.Context, spec DeviceSpec, shared Shared, log *slog.Logger) (Instance, error)

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/vstellar/vstellar/fabric"
 )
 
 // Manager owns the devices of one daemon and its management API. Create
@@ -19,6 +21,7 @@ type Manager struct {
 	cfg     Config
 	log     *slog.Logger
 	factory DeviceFactory
+	shared  Shared // one fabric for every device of the daemon
 
 	ready chan struct{} // closed when Run serves the API
 
@@ -63,6 +66,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		cfg:     cfg,
 		log:     log,
 		factory: cfg.Factory,
+		shared:  Shared{Fabric: fabric.NewLocal()},
 		ready:   make(chan struct{}),
 		devices: make(map[string]*entry),
 	}, nil
@@ -166,7 +170,7 @@ func (m *Manager) startDevice(ctx context.Context, spec DeviceSpec) (*device, er
 	if err := checkSocketPath(path); err != nil { // before building anything
 		return nil, fmt.Errorf("device %q: %w", spec.Name, err)
 	}
-	inst, err := m.factory(ctx, spec, log)
+	inst, err := m.factory(ctx, spec, m.shared, log)
 	if err != nil {
 		return nil, fmt.Errorf("device %q: %w", spec.Name, err)
 	}

@@ -14,12 +14,14 @@ import (
 
 // StellarDevice is the DeviceFactory vstellard runs: a vStellar device
 // model (package device) served by a vhost-user back-end (package vhost).
-func StellarDevice(_ context.Context, spec DeviceSpec, log *slog.Logger) (Instance, error) {
+// Every device of the daemon is on the daemon's fabric, so the VMs it
+// serves reach each other.
+func StellarDevice(_ context.Context, spec DeviceSpec, shared Shared, log *slog.Logger) (Instance, error) {
 	limits, err := parseLimits(spec.Limits)
 	if err != nil {
 		return Instance{}, err
 	}
-	dev, err := stellardev.New(stellardev.Config{Name: spec.Name, Limits: limits}, log)
+	dev, err := stellardev.New(stellardev.Config{Name: spec.Name, Limits: limits, Fabric: shared.Fabric}, log)
 	if errors.Is(err, abi.ErrBadValue) {
 		// Limits out of range: the operator's error (HTTP 400).
 		return Instance{}, fmt.Errorf("%w: %w", ErrInvalid, err)

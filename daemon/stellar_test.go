@@ -4,8 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"os"
 	"reflect"
+	"sync"
 	"testing"
+
+	stellardev "github.com/vstellar/vstellar/device"
+	"github.com/vstellar/vstellar/fabric"
 )
 
 func TestParseLimits(t *testing.T) {
@@ -41,15 +47,72 @@ func TestParseLimits(t *testing.T) {
 }
 
 func TestFactoryClassifiesBadLimits(t *testing.T) {
-	_, err := StellarDevice(context.Background(), DeviceSpec{Name: "x", Limits: json.RawMessage(`{"max_sge": 4000000000}`)}, nil)
+	_, err := StellarDevice(context.Background(), DeviceSpec{Name: "x", Limits: json.RawMessage(`{"max_sge": 4000000000}`)}, Shared{}, nil)
 	if !errors.Is(err, ErrInvalid) {
 		t.Fatalf("out-of-range limits: %v", err)
 	}
-	inst, err := StellarDevice(context.Background(), DeviceSpec{Name: "x"}, nil)
+	inst, err := StellarDevice(context.Background(), DeviceSpec{Name: "x"}, Shared{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := inst.Device.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStellarDevicesShareTheDaemonFabric: the Manager hands one fabric to
+// every device it creates, and each Stellar device is on it under its own
+// GID, so the VMs of one daemon reach each other. Destroying a device
+// takes it off.
+func TestStellarDevicesShareTheDaemonFabric(t *testing.T) {
+	dir, err := os.MkdirTemp("", "vsd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	var (
+		mu      sync.Mutex
+		shareds []Shared
+		devs    []*stellardev.Device
+	)
+	cfg := DefaultConfig()
+	cfg.RunDir = dir
+	cfg.Factory = func(ctx context.Context, spec DeviceSpec, sh Shared, log *slog.Logger) (Instance, error) {
+		inst, err := StellarDevice(ctx, spec, sh, log)
+		if err == nil {
+			mu.Lock()
+			shareds = append(shareds, sh)
+			devs = append(devs, inst.Device.(*stellardev.Device))
+			mu.Unlock()
+		}
+		return inst, err
+	}
+	m, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"vm-a", "vm-b"} {
+		if _, err := m.CreateDevice(ctx, DeviceSpec{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.DestroyDevice(ctx, name) })
+	}
+	if len(shareds) != 2 || shareds[0].Fabric == nil || shareds[0].Fabric != shareds[1].Fabric {
+		t.Fatalf("fabrics %+v", shareds)
+	}
+	fab := shareds[0].Fabric
+	for _, d := range devs {
+		if _, err := fab.Register(d.GID(), nil); !errors.Is(err, fabric.ErrGIDInUse) {
+			t.Fatalf("device %s is not on the daemon's fabric: %v", d.Name(), err)
+		}
+	}
+	if err := m.DestroyDevice(ctx, "vm-a"); err != nil {
+		t.Fatal(err)
+	}
+	unreg, err := fab.Register(devs[0].GID(), nil)
+	if err != nil {
+		t.Fatalf("destroyed device still on the fabric: %v", err)
+	}
+	unreg()
 }

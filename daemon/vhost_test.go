@@ -31,7 +31,7 @@ func (nullDevice) ProcessQueue(context.Context, int, *virtio.DeviceQueue, *guest
 	return nil
 }
 
-func vhostFactory(_ context.Context, spec daemon.DeviceSpec, log *slog.Logger) (daemon.Instance, error) {
+func vhostFactory(_ context.Context, spec daemon.DeviceSpec, _ daemon.Shared, log *slog.Logger) (daemon.Instance, error) {
 	return daemon.Instance{Backend: vhost.NewBackend(nullDevice{}, vhost.Options{Name: spec.Name, Logger: log})}, nil
 }
 

@@ -6,9 +6,16 @@ import "github.com/vstellar/vstellar/virtio/abi"
 // device's acknowledgement delay is dominated by scheduling, not wire time.
 const localCAAckDelay = 15
 
-// deviceAttr builds the QUERY_DEVICE response from the limits. Capability
-// flags and atomic support stay zero until the data path implements them:
-// the device never advertises what it cannot do.
+// deviceCapFlags are the capabilities the device has: RESIZE_CQ, RNR NAKs
+// on RC QPs (a SEND that finds no receive WQE is retried after the QP's
+// RNR timer), and port events. On-demand pinning and multipath come with
+// PVDMA and the transport.
+const deviceCapFlags = abi.DevCapResizeCQ | abi.DevCapRCRNRNAKGen | abi.DevCapPortActiveEvent
+
+// deviceAttr builds the QUERY_DEVICE response from the limits. Atomics
+// are AtomicGlob: the engine performs them with CPU atomic instructions on
+// guest memory, so they are atomic with respect to the guest's own CPU
+// accesses too, not only to other device atomics.
 func (d *Device) deviceAttr() abi.DeviceAttr {
 	l := d.limits
 	return abi.DeviceAttr{
@@ -17,7 +24,7 @@ func (d *Device) deviceAttr() abi.DeviceAttr {
 		SysImageGUID:    d.guid,
 		MaxMRSize:       l.MaxMRSize,
 		PageSizeCap:     l.PageSizeCap,
-		DeviceCapFlags:  0,
+		DeviceCapFlags:  deviceCapFlags,
 		VendorID:        abi.PCIVendorID,
 		VendorPartID:    abi.PCIDeviceID,
 		HWVer:           abi.ABIVersion,
@@ -33,7 +40,7 @@ func (d *Device) deviceAttr() abi.DeviceAttr {
 		MaxQPInitRdAtom: l.MaxQPRdAtom,
 		MaxAH:           l.MaxAH,
 		MaxInlineData:   l.MaxInlineData,
-		AtomicCap:       abi.AtomicNone,
+		AtomicCap:       abi.AtomicGlob,
 		PhysPortCnt:     physPorts,
 		LocalCAAckDelay: localCAAckDelay,
 	}

@@ -2,8 +2,11 @@ package device
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/vstellar/vstellar/emtt"
+	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/virtio"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -14,18 +17,24 @@ import (
 //   - QueueControl: every available chain is a command; see
 //     processControl.
 //   - QueueEvent: the driver posts device-writable buffers that the device
-//     fills with asynchronous events. The device has no event sources yet
-//     (they arrive with QPs and CQs), so the buffers stay posted; nothing is
-//     consumed.
-//   - QueueWakeup: the idle-engine kick. The data-path engine does not
-//     exist yet, so a kick has nothing to wake; nothing is consumed.
+//     fills with asynchronous events; see processEvents.
+//   - QueueWakeup: the idle-engine kick of the wake-up protocol. No buffer
+//     is posted (buffers a driver posts anyway stay posted); the kick wakes
+//     the engine.
 func (d *Device) ProcessQueue(ctx context.Context, idx int, q *virtio.DeviceQueue, mem *guestmem.Table) error {
 	switch idx {
 	case abi.QueueControl:
 		d.run.RLock()
 		defer d.run.RUnlock()
-		return d.processControl(ctx, q)
-	case abi.QueueEvent, abi.QueueWakeup:
+		return d.processControl(ctx, q, mem)
+	case abi.QueueEvent:
+		d.run.RLock()
+		defer d.run.RUnlock()
+		return d.processEvents(ctx, q)
+	case abi.QueueWakeup:
+		if d.active.Load() {
+			d.eng.Wake()
+		}
 		return nil
 	}
 	return fmt.Errorf("device %q: queue %d: %w", d.name, idx, ErrNoSuchQueue)
@@ -35,12 +44,10 @@ func (d *Device) ProcessQueue(ctx context.Context, idx int, q *virtio.DeviceQueu
 // the rest in the ring for the next call) when ctx ends or the device is
 // deactivated. A Pop error means the guest broke the ring; it is returned
 // so the Backend marks the queue broken.
-func (d *Device) processControl(ctx context.Context, q *virtio.DeviceQueue) error {
-	var (
-		chain virtio.Chain
-		req   = make([]byte, abi.MaxRequestSize)
-		resp  = make([]byte, 0, abi.ResponseHeaderSize+abi.MaxResponseSize)
-	)
+func (d *Device) processControl(ctx context.Context, q *virtio.DeviceQueue, mem *guestmem.Table) error {
+	d.ctl.Lock()
+	defer d.ctl.Unlock()
+	var chain virtio.Chain
 	for d.active.Load() && ctx.Err() == nil {
 		ok, err := q.PopInto(&chain)
 		if err != nil {
@@ -50,15 +57,15 @@ func (d *Device) processControl(ctx context.Context, q *virtio.DeviceQueue) erro
 		if !ok {
 			return nil
 		}
-		written := d.handleCommand(&chain, req, &resp)
+		written := d.handleCommand(&chain, mem)
 		q.Push(chain.Head, written)
 	}
 	return nil
 }
 
 // handleCommand answers one control chain and returns the number of bytes
-// written into its writable part.
-func (d *Device) handleCommand(c *virtio.Chain, reqBuf []byte, resp *[]byte) uint32 {
+// written into its writable part. Called with ctl held.
+func (d *Device) handleCommand(c *virtio.Chain, mem *guestmem.Table) uint32 {
 	d.stats.commands.Add(1)
 	if c.WritableLen < abi.ResponseHeaderSize {
 		// Nowhere to put even a status: give the chain back untouched.
@@ -67,52 +74,163 @@ func (d *Device) handleCommand(c *virtio.Chain, reqBuf []byte, resp *[]byte) uin
 			"readable", c.ReadableLen, "writable", c.WritableLen)
 		return 0
 	}
-	op, status, payload := d.decodeAndExecute(c, reqBuf)
+	resp := d.ctl.resp[:]
+	op, status, n := d.decodeAndExecute(c, mem, resp[abi.ResponseHeaderSize:abi.ResponseHeaderSize])
 	d.stats.count(op, status)
 	if status != abi.StatusOK {
-		payload = nil
-		d.log.Debug("control command failed", "op", op.String(), "status", status.String(), "head", c.Head)
+		n = 0
 	}
-	*resp = abi.AppendResponse((*resp)[:0], status, payload)
-	return c.WriteAll(*resp)
+	abi.AppendResponse(resp[:0], status, nil)
+	return c.WriteAll(resp[:abi.ResponseHeaderSize+n])
 }
 
 // decodeAndExecute copies the request out of guest memory, validates it
-// and runs it. It returns the opcode (0 when none could be read), the
-// status and, for OK, the response payload.
-func (d *Device) decodeAndExecute(c *virtio.Chain, reqBuf []byte) (abi.Opcode, abi.Status, []byte) {
+// and runs it, encoding the response payload into out (which has room
+// for abi.MaxResponseSize bytes). It returns the opcode (0 when none could
+// be read), the status and the payload length.
+func (d *Device) decodeAndExecute(c *virtio.Chain, mem *guestmem.Table, out []byte) (abi.Opcode, abi.Status, int) {
 	if c.ReadableLen > abi.MaxRequestSize {
 		d.stats.malformed.Add(1)
-		return 0, abi.StatusInvalidArgument, nil
+		return 0, abi.StatusInvalidArgument, 0
 	}
 	// Copy first, then validate: the guest can rewrite its buffers at any
 	// time, and must not be able to change a request between check and use.
-	buf := reqBuf[:c.ReadAll(reqBuf[:c.ReadableLen])]
+	buf := d.ctl.req[:c.ReadAll(d.ctl.req[:c.ReadableLen])]
 	req, err := abi.DecodeRequest(buf)
 	op := req.Header.Opcode
 	if err != nil {
 		d.stats.malformed.Add(1)
-		return op, abi.StatusFor(err), nil
+		return op, abi.StatusFor(err), 0
 	}
 	if n, ok := op.ResponseSize(); ok && uint64(c.WritableLen) < uint64(abi.ResponseHeaderSize+n) {
 		// Refuse before executing, so nothing is created whose handle
 		// the guest could not receive.
-		return op, abi.StatusResponseTooSmall, nil
+		return op, abi.StatusResponseTooSmall, 0
 	}
-	status, payload := d.execute(op, req.Payload)
-	return op, status, payload
+	payload, err := d.execute(op, req.Payload, mem, out)
+	st := abi.StatusFor(err)
+	if err != nil {
+		d.log.Debug("control command failed", "op", op.String(), "status", st.String(), "head", c.Head, "err", err)
+		return op, st, 0
+	}
+	// Handlers append to out; one that returns another slice (a fixed
+	// payload) is copied into place.
+	n := copy(out[:cap(out)], payload)
+	return op, st, n
 }
 
-// execute runs one well-framed command.
-func (d *Device) execute(op abi.Opcode, payload []byte) (abi.Status, []byte) {
-	switch op {
-	case abi.OpQueryDevice:
-		// DecodeRequest checked the (empty) payload.
-		return abi.StatusOK, d.attr
-	case abi.OpResetState:
-		d.resetState()
-		return abi.StatusOK, nil
+// cmd is what a handler works with: the guest memory the command may
+// read and the buffer its response payload is appended to.
+type cmd struct {
+	mem *guestmem.Table
+	out []byte
+}
+
+// handler executes one decoded command. Its error wraps the abi.Status
+// the guest gets (abi.StatusFor maps it); the rest of the error is for
+// the log.
+type handler func(d *Device, c *cmd, payload []byte) ([]byte, error)
+
+var handlers = [...]handler{
+	abi.OpQueryDevice:     (*Device).queryDevice,
+	abi.OpQueryPort:       (*Device).queryPort,
+	abi.OpQueryGID:        (*Device).queryGID,
+	abi.OpAddGID:          (*Device).addGID,
+	abi.OpDelGID:          (*Device).delGID,
+	abi.OpAllocPD:         (*Device).allocPD,
+	abi.OpDeallocPD:       (*Device).deallocPD,
+	abi.OpCreateCQ:        (*Device).createCQ,
+	abi.OpResizeCQ:        (*Device).resizeCQ,
+	abi.OpDestroyCQ:       (*Device).destroyCQ,
+	abi.OpCreateQP:        (*Device).createQP,
+	abi.OpModifyQP:        (*Device).modifyQP,
+	abi.OpQueryQP:         (*Device).queryQP,
+	abi.OpDestroyQP:       (*Device).destroyQP,
+	abi.OpRegMR:           (*Device).regMR,
+	abi.OpDeregMR:         (*Device).deregMR,
+	abi.OpCreateAH:        (*Device).createAH,
+	abi.OpDestroyAH:       (*Device).destroyAH,
+	abi.OpSetDoorbellArea: (*Device).setDoorbellArea,
+	abi.OpResetState:      (*Device).resetStateCmd,
+}
+
+// execute runs one well-framed command with the object tables locked.
+func (d *Device) execute(op abi.Opcode, payload []byte, mem *guestmem.Table, out []byte) ([]byte, error) {
+	if int(op) >= len(handlers) || handlers[op] == nil {
+		return nil, fmt.Errorf("%v: %w", op, abi.StatusNotSupported)
 	}
-	// Defined by the ABI, not implemented by this device yet.
-	return abi.StatusNotSupported, nil
+	d.omu.Lock()
+	defer d.omu.Unlock()
+	if d.o.closed {
+		return nil, fmt.Errorf("device closed: %w", abi.StatusBadState)
+	}
+	c := &d.ctl.cmd
+	*c = cmd{mem: mem, out: out}
+	return handlers[op](d, c, payload)
+}
+
+// fail builds a handler error: the message for the log, wrapping the
+// status for the guest.
+func fail(st abi.Status, format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, st)...)
+}
+
+// decode decodes a request payload; a malformed one is INVALID_ARGUMENT
+// (abi's decoding errors map to it).
+func decode[T any](payload []byte, v *T) error { return abi.DecodePayload(payload, v) }
+
+// encode appends a response payload to the command's buffer.
+func (c *cmd) encode(v any) []byte { return abi.EncodePayload(c.out, v) }
+
+// mttError gives an emtt error the status the guest gets.
+func mttError(err error) error {
+	var st abi.Status
+	switch {
+	case errors.Is(err, emtt.ErrBadAddress), errors.Is(err, emtt.ErrIOMemory):
+		st = abi.StatusBadAddress
+	case errors.Is(err, emtt.ErrFull):
+		st = abi.StatusNoResources
+	case errors.Is(err, emtt.ErrNoKey):
+		st = abi.StatusNotFound
+	case errors.Is(err, emtt.ErrRange):
+		st = abi.StatusInvalidArgument
+	case errors.Is(err, emtt.ErrPD), errors.Is(err, emtt.ErrAccess):
+		st = abi.StatusPermission
+	case errors.Is(err, emtt.ErrInvalidated):
+		st = abi.StatusBadState
+	default:
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, st)
+}
+
+// fabricError gives a fabric registration error its status.
+func fabricError(err error) error {
+	if errors.Is(err, fabric.ErrGIDInUse) {
+		return fmt.Errorf("%w: %w", err, abi.StatusBusy)
+	}
+	return err
+}
+
+func isPow2(v uint32) bool { return v != 0 && v&(v-1) == 0 }
+
+// queryDevice answers QUERY_DEVICE from the attributes fixed at New.
+func (d *Device) queryDevice(c *cmd, _ []byte) ([]byte, error) {
+	return append(c.out, d.attr...), nil
+}
+
+// resetStateCmd is RESET_STATE: the driver's probe drops whatever a
+// previous driver left. In shared-memory mode the engine comes straight
+// back up on the cleared doorbells; in the guest-RAM fallback it waits
+// for the next SET_DOORBELL_AREA.
+func (d *Device) resetStateCmd(c *cmd, _ []byte) ([]byte, error) {
+	d.stopEngineLocked()
+	d.resetObjectsLocked()
+	d.o.lastMode = d.o.mode
+	if d.o.mode == DoorbellShmem {
+		if err := d.startEngineLocked(d.o.mem, d.db.View()); err != nil {
+			return nil, fail(abi.StatusDeviceError, "restarting the engine: %v", err)
+		}
+	}
+	return c.out, nil
 }

@@ -1,6 +1,7 @@
 package device
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -8,6 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/vstellar/vstellar/emtt"
+	"github.com/vstellar/vstellar/engine"
+	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/shmregion"
 	"github.com/vstellar/vstellar/vhost"
@@ -24,6 +28,10 @@ type Config struct {
 	// Limits are the advertised and enforced resource limits; zero fields
 	// take abi.DefaultLimits.
 	Limits abi.Limits
+	// Fabric carries the device's RDMA traffic to the devices that own
+	// the destination GIDs. Devices that should reach each other share
+	// one; nil gives the device a private fabric.Local of its own.
+	Fabric fabric.Fabric
 }
 
 // maxNameLen keeps the memfd name ("vstellar:" + name + "-doorbells")
@@ -44,6 +52,7 @@ var (
 	ErrAlreadyActive  = errors.New("device: already active")
 	ErrClosed         = errors.New("device: closed")
 	ErrNoSuchQueue    = errors.New("device: no such queue")
+	ErrGIDInUse       = errors.New("device: GID already on the fabric")
 )
 
 // Device is one vStellar device. Create it with New, hand it to a
@@ -53,32 +62,60 @@ type Device struct {
 	log    *slog.Logger
 	limits abi.Limits
 	guid   uint64
+	gid0   abi.GID
 	db     *shmregion.Region
 	layout abi.DoorbellLayout
 	// attr is the QUERY_DEVICE response payload; fixed at New.
 	attr []byte
+
+	fab fabric.Fabric
+	mtt *emtt.Table
+	eng *engine.Engine
+	// unregGID0 takes GID index 0 off the fabric (at Close).
+	unregGID0 func()
 
 	// status is the config space status word (abi.ConfigStatus* bits).
 	status atomic.Uint32
 	// active is set between Activate and Deactivate; ProcessQueue does
 	// nothing while it is clear.
 	active atomic.Bool
+	// events is set while the driver acked FeatureEventQueue.
+	events atomic.Bool
+	// env is the connection the device is active on, for Schedule; nil
+	// while inactive.
+	env atomic.Pointer[vhost.Env]
 
 	// run is held shared by ProcessQueue and exclusively by Deactivate and
 	// Close, so that neither returns while a queue is being processed.
 	run sync.RWMutex
 	// mu serialises the lifecycle (Activate, Deactivate, Close).
 	mu     sync.Mutex
-	mode   DoorbellMode
 	closed bool
+
+	// ctl holds the control queue's buffers: one command at a time, so one
+	// set, allocated with the device rather than per kick.
+	ctl struct {
+		sync.Mutex
+		req  [abi.MaxRequestSize]byte
+		resp [abi.ResponseHeaderSize + abi.MaxResponseSize]byte
+		cmd  cmd
+	}
+
+	// omu guards o. Lock order: mu, then run, then omu.
+	omu sync.Mutex
+	o   objects
+
+	ev eventQueue
 
 	stats stats
 }
 
 var _ vhost.Device = (*Device)(nil)
+var _ vhost.MemoryWatcher = (*Device)(nil)
 
-// New creates a device: it validates the limits and creates the device's
-// doorbell region.
+// New creates a device: it validates the limits, creates the device's
+// doorbell region, translation table and engine, and puts the device's
+// own GID (index 0) on the fabric.
 func New(cfg Config, log *slog.Logger) (*Device, error) {
 	if cfg.Name == "" || len(cfg.Name) > maxNameLen {
 		return nil, fmt.Errorf("device: name %q must be 1..%d bytes", cfg.Name, maxNameLen)
@@ -98,6 +135,10 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device %q: %w", cfg.Name, err)
 	}
+	fab := cfg.Fabric
+	if fab == nil {
+		fab = fabric.NewLocal()
+	}
 	d := &Device{
 		name:   cfg.Name,
 		log:    log.With("device", cfg.Name),
@@ -105,11 +146,38 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 		guid:   nodeGUID(cfg.Name),
 		db:     db,
 		layout: layout,
+		fab:    fab,
+		mtt:    emtt.New(limits.MaxMR),
+	}
+	d.gid0 = deviceGID(d.guid)
+	d.eng = engine.New(engine.Config{
+		Name:   cfg.Name,
+		Log:    d.log,
+		Limits: limits,
+		MTT:    d.mtt,
+		Fabric: fab,
+		GID:    d.gid0,
+		Events: d.postEvent,
+	})
+	d.o.init(limits, d.gid0)
+	d.unregGID0, err = fab.Register(d.gid0, d.eng)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("device %q: GID %x: %w: %w", cfg.Name, d.gid0[:], ErrGIDInUse, err)
 	}
 	d.attr, _ = d.deviceAttr().MarshalBinary()
 	d.stats.init()
 	d.log.Debug("device created", "doorbell_bytes", layout.Size(), "max_qp", limits.MaxQP, "max_cq", limits.MaxCQ)
 	return d, nil
+}
+
+// deviceGID is GID index 0: the link-local prefix fe80::/64 followed by
+// the node GUID, big-endian (the modified EUI-64 interface identifier).
+func deviceGID(guid uint64) abi.GID {
+	var g abi.GID
+	g[0], g[1] = 0xfe, 0x80
+	binary.BigEndian.PutUint64(g[8:], guid)
+	return g
 }
 
 // nodeGUID derives a stable EUI-64 from the device name: FNV-1a, with the
@@ -130,9 +198,13 @@ func (d *Device) Limits() abi.Limits { return d.limits }
 // NodeGUID is the device's node GUID.
 func (d *Device) NodeGUID() uint64 { return d.guid }
 
-// Close deactivates the device (dropping its state) and releases its
-// doorbell region. A front-end's mapping of the region stays valid until it
-// unmaps it; the memory goes with the last reference. Close is idempotent.
+// GID is the device's own GID (index 0), its address on the fabric.
+func (d *Device) GID() abi.GID { return d.gid0 }
+
+// Close deactivates the device, drops its state, takes its GIDs off the
+// fabric and releases its doorbell region. A front-end's mapping of the
+// region stays valid until it unmaps it; the memory goes with the last
+// reference. Close is idempotent.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -140,6 +212,12 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.stopLocked()
+	d.omu.Lock()
+	d.eng.Stop()
+	d.resetObjectsLocked()
+	d.o.closed = true
+	d.omu.Unlock()
+	d.unregGID0()
 	d.closed = true
 	if err := d.db.Close(); err != nil {
 		return fmt.Errorf("device %q: %w", d.name, err)
@@ -155,9 +233,11 @@ func (d *Device) NumQueues() int { return abi.NumQueues }
 func (d *Device) MaxQueueSize() uint16 { return abi.MaxQueueSize }
 
 // offeredDeviceFeatures are the device-specific bits this device
-// implements. The others defined in package abi (RC, ATOMIC, INLINE, ...)
-// are offered once the data path implements them.
-var offeredDeviceFeatures = abi.FeatureMask(abi.FeatureShmemDoorbell, abi.FeatureEventQueue)
+// implements. UD is not among them: CREATE_QP answers NOT_SUPPORTED for
+// UD QPs.
+var offeredDeviceFeatures = abi.FeatureMask(abi.FeatureShmemDoorbell, abi.FeatureEventQueue,
+	abi.FeatureRC, abi.FeatureAtomic, abi.FeatureInline, abi.FeatureIdleWakeup, abi.FeatureCQNotify,
+	abi.FeatureResizeCQ)
 
 // Features implements vhost.Device: VERSION_1, EVENT_IDX and INDIRECT_DESC
 // (the control queue works with any of them) and the device bits above.

@@ -48,13 +48,19 @@ func TestDeviceShape(t *testing.T) {
 			t.Errorf("%v not offered", bit)
 		}
 	}
-	if !abi.FeatureShmemDoorbell.In(f) || !abi.FeatureEventQueue.In(f) {
-		t.Errorf("device bits %s", abi.FeatureString(f))
-	}
-	for _, bit := range []abi.Feature{abi.FeatureRC, abi.FeatureUD, abi.FeatureAtomic, abi.FeatureInline, abi.FeatureIdleWakeup} {
-		if bit.In(f) {
-			t.Errorf("%v offered before it is implemented", bit)
+	for _, bit := range []abi.Feature{abi.FeatureShmemDoorbell, abi.FeatureEventQueue, abi.FeatureRC,
+		abi.FeatureAtomic, abi.FeatureInline, abi.FeatureIdleWakeup, abi.FeatureCQNotify, abi.FeatureResizeCQ} {
+		if !bit.In(f) {
+			t.Errorf("%v not offered", bit)
 		}
+	}
+	if abi.FeatureUD.In(f) {
+		t.Error("UD offered: CREATE_QP refuses UD QPs")
+	}
+	const deviceBits = 1<<(abi.LastDeviceFeature+1) - 1
+	if got, want := f&deviceBits, abi.FeatureMask(abi.FeatureShmemDoorbell, abi.FeatureEventQueue, abi.FeatureRC,
+		abi.FeatureAtomic, abi.FeatureInline, abi.FeatureIdleWakeup, abi.FeatureCQNotify, abi.FeatureResizeCQ); got != want {
+		t.Errorf("device bits %s, want %s", abi.FeatureString(got), abi.FeatureString(want))
 	}
 	sh := d.ShmemRegions()
 	if len(sh) != 1 || sh[0] != d.DoorbellLayout().Size() || sh[0]%guestmem.PageSize() != 0 {

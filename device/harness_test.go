@@ -29,17 +29,25 @@ func newDevice(t testing.TB, cfg Config) *Device {
 	return d
 }
 
-// fakeEnv is a vhost.Env that records shared memory mappings.
+// fakeEnv is a vhost.Env that records shared memory mappings and
+// Schedule calls.
 type fakeEnv struct {
-	mu       sync.Mutex
-	acked    uint64
-	mapErr   error
-	mappings []vhost.ShmemMapping
-	fds      []int
+	mu        sync.Mutex
+	acked     uint64
+	mem       *guestmem.Table
+	mapErr    error
+	mappings  []vhost.ShmemMapping
+	fds       []int
+	scheduled []int
 }
 
 func (e *fakeEnv) AckedFeatures() uint64   { return e.acked }
-func (e *fakeEnv) Memory() *guestmem.Table { return nil }
+func (e *fakeEnv) Memory() *guestmem.Table { return e.mem }
+func (e *fakeEnv) Schedule(idx int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.scheduled = append(e.scheduled, idx)
+}
 func (e *fakeEnv) MapShmem(_ context.Context, m vhost.ShmemMapping, fd int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -60,9 +68,17 @@ var _ vhost.Env = (*fakeEnv)(nil)
 // allFeatures is what a driver acks when it takes everything offered.
 func allFeatures(d *Device) uint64 { return d.Features() }
 
+// activate activates d on a fakeEnv whose guest memory is a fresh 1 MiB
+// table (tests that run commands touching memory use activateOn with
+// their guest's table).
 func activate(t testing.TB, d *Device, acked uint64) *fakeEnv {
 	t.Helper()
-	env := &fakeEnv{acked: acked}
+	return activateOn(t, d, acked, newMemory(t))
+}
+
+func activateOn(t testing.TB, d *Device, acked uint64, mem *guestmem.Table) *fakeEnv {
+	t.Helper()
+	env := &fakeEnv{acked: acked, mem: mem}
 	if err := d.Activate(context.Background(), env); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +102,8 @@ type guest struct {
 	next uint64
 }
 
-func newGuest(t testing.TB, eventIdx bool) *guest {
+// newMemory is 1 MiB of anonymous guest memory at guest physical 0.
+func newMemory(t testing.TB) *guestmem.Table {
 	t.Helper()
 	m, err := guestmem.MapAnonymous(memSize)
 	if err != nil {
@@ -97,6 +114,27 @@ func newGuest(t testing.TB, eventIdx bool) *guest {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mem
+}
+
+func newGuest(t testing.TB, eventIdx bool) *guest {
+	t.Helper()
+	g := &guest{mem: newMemory(t)}
+	g.reset(t, eventIdx)
+	return g
+}
+
+// reset gives the guest fresh queues at the same place and an empty
+// buffer allocator (fuzzing reuses one guest, and its memory, per
+// device).
+func (g *guest) reset(t testing.TB, eventIdx bool) {
+	t.Helper()
+	mem := g.mem
+	rings, err := mem.Translate(ringBase, bufBase-ringBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(rings.Bytes())
 	dl, al, _ := virtio.RingSizes(queueSize)
 	addrs := virtio.RingAddrs{Desc: ringBase, Avail: ringBase + dl}
 	addrs.Used = (addrs.Avail + al + 3) &^ 3
@@ -108,7 +146,7 @@ func newGuest(t testing.TB, eventIdx bool) *guest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &guest{t: t, mem: mem, drv: drv, devq: devq, next: bufBase}
+	g.t, g.drv, g.devq, g.next = t, drv, devq, bufBase
 }
 
 // alloc returns a guest buffer of n bytes (8-byte aligned), filled with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/vhost"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
@@ -48,9 +49,9 @@ func (m DoorbellMode) statusBits() uint32 {
 
 // DoorbellMode reports the current doorbell mode.
 func (d *Device) DoorbellMode() DoorbellMode {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.mode
+	d.omu.Lock()
+	defer d.omu.Unlock()
+	return d.o.mode
 }
 
 // Activate implements vhost.Device. When the driver acked
@@ -58,7 +59,9 @@ func (d *Device) DoorbellMode() DoorbellMode {
 // at offset 0 of shmid 0, writable, and waits for the acknowledgement. If
 // the front-end cannot (SHMEM not negotiated, mapping refused) the device
 // still comes up, in the guest-RAM fallback, and says so in config status;
-// the driver reads status after DRIVER_OK.
+// the driver reads status after DRIVER_OK. In shared-memory mode the
+// engine starts here; in the fallback it starts at SET_DOORBELL_AREA (or
+// here, on a re-activation that finds the area registered before).
 func (d *Device) Activate(ctx context.Context, env vhost.Env) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -82,7 +85,17 @@ func (d *Device) Activate(ctx context.Context, env vhost.Env) error {
 			mode = DoorbellShmem
 		}
 	}
-	d.mode = mode
+	d.omu.Lock()
+	err := d.activateLocked(mode, env.Memory())
+	if err != nil {
+		d.o.mode = DoorbellNone
+	}
+	d.omu.Unlock()
+	if err != nil {
+		return fmt.Errorf("device %q: activate: %w", d.name, err)
+	}
+	d.events.Store(abi.FeatureEventQueue.In(acked))
+	d.env.Store(&env)
 	d.status.Store(mode.statusBits())
 	d.active.Store(true)
 	d.stats.activations.Add(1)
@@ -90,11 +103,47 @@ func (d *Device) Activate(ctx context.Context, env vhost.Env) error {
 	return nil
 }
 
+// activateLocked moves the objects onto mem and starts the engine if the
+// doorbells exist. Called with omu held.
+func (d *Device) activateLocked(mode DoorbellMode, mem *guestmem.Table) error {
+	if d.o.lastMode != DoorbellNone && d.o.lastMode != mode {
+		// The QPs' and CQs' doorbell records are not where the driver
+		// left them: its objects are of no use any more.
+		d.log.Warn("doorbell mode changed across re-activation; dropping the driver's objects",
+			"was", d.o.lastMode.String(), "now", mode.String())
+		d.resetObjectsLocked()
+	}
+	d.o.mode, d.o.lastMode = mode, mode
+	if mem != d.o.mem {
+		// A Backend reports memory changes through SetMemory; this covers
+		// a host that activates on memory the device has not seen.
+		d.mtt.Rebind(mem)
+		d.o.mem = mem
+	}
+	switch {
+	case mode == DoorbellShmem:
+		return d.startEngineLocked(mem, d.db.View())
+	case d.o.dbArea != nil:
+		// Re-activation in the fallback: the area registered before is
+		// where the records are.
+		v, err := mem.Translate(d.o.dbArea.GPA, d.layout.Size())
+		if err != nil {
+			d.log.Warn("guest-RAM doorbell area gone; dropping the driver's objects", "area", d.o.dbArea.GPA, "err", err)
+			d.resetObjectsLocked()
+			d.o.lastMode = mode
+			return nil
+		}
+		return d.startEngineLocked(mem, v)
+	}
+	return nil
+}
+
 // Deactivate implements vhost.Device. It waits for running ProcessQueue
-// calls, after which the device touches no guest memory. The front-end
-// drops shared memory mappings across reset and with its connection, so
-// the device only forgets its mapping. With reset the device also drops its
-// state: today the doorbell contents; later the PD/CQ/QP/MR/AH tables.
+// calls and stops the engine, after which the device touches no guest
+// memory. The front-end drops shared memory mappings across reset and with
+// its connection, so the device only forgets its mapping. Without reset
+// (a disconnect, a VM pause: SET_STATUS 0) the device keeps everything the
+// driver built for the next activation; with reset it drops it all.
 func (d *Device) Deactivate(reset bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -102,31 +151,24 @@ func (d *Device) Deactivate(reset bool) {
 		return
 	}
 	d.stopLocked()
+	d.omu.Lock()
+	d.stopEngineLocked()
+	d.o.mode = DoorbellNone
 	if reset {
-		d.resetState()
+		d.resetObjectsLocked()
 	}
+	d.omu.Unlock()
 	d.log.Info("device inactive", "reset", reset)
-}
-
-// resetState drops what a driver built on the device: today the doorbell
-// contents; later the PD/CQ/QP/MR/AH tables. A vhost RESET_DEVICE does it,
-// and so does the driver's RESET_STATE when it probes. SET_STATUS 0 does
-// not: QEMU sends it on a VM pause too, and a paused guest expects its
-// resources back.
-func (d *Device) resetState() {
-	if err := d.db.Zero(); err != nil {
-		d.log.Error("clearing doorbell region", "err", err)
-	}
-	d.stats.resets.Add(1)
 }
 
 // stopLocked marks the device inactive and waits out ProcessQueue.
 func (d *Device) stopLocked() {
 	d.active.Store(false)
+	d.env.Store(nil)
 	// An empty critical section: taking the lock waits for every running
 	// ProcessQueue; later ones see active cleared and return at once.
 	d.run.Lock()
 	d.run.Unlock()
-	d.mode = DoorbellNone
+	d.events.Store(false)
 	d.status.Store(0)
 }

@@ -31,6 +31,13 @@ type Stats struct {
 	Activations  uint64
 	Resets       uint64
 	ConfigWrites uint64
+	// EventsQueued counts asynchronous events the engine reported,
+	// EventsDelivered those written into driver buffers, EventsDropped
+	// those lost to a full queue, ShortEventBuffers event buffers given
+	// back unused because they could not hold an event. EventsPending is
+	// the current queue length.
+	EventsQueued, EventsDelivered, EventsDropped, ShortEventBuffers uint64
+	EventsPending                                                   int
 }
 
 // maxStatus bounds the per-status array; larger (undefined) statuses are
@@ -40,6 +47,8 @@ const maxStatus = 64
 type stats struct {
 	commands, malformed, dropped, badChains atomic.Uint64
 	activations, resets, configWrites       atomic.Uint64
+	eventsQueued, eventsDelivered           atomic.Uint64
+	eventsDropped, shortEventBuffers        atomic.Uint64
 	byOpcode                                []atomic.Uint64 // index = opcode; 0 = unknown
 	byStatus                                [maxStatus]atomic.Uint64
 }
@@ -63,15 +72,20 @@ func (s *stats) count(op abi.Opcode, st abi.Status) {
 func (d *Device) Stats() Stats {
 	s := &d.stats
 	out := Stats{
-		Commands:     s.commands.Load(),
-		Malformed:    s.malformed.Load(),
-		Dropped:      s.dropped.Load(),
-		BadChains:    s.badChains.Load(),
-		Activations:  s.activations.Load(),
-		Resets:       s.resets.Load(),
-		ConfigWrites: s.configWrites.Load(),
-		ByOpcode:     map[abi.Opcode]uint64{},
-		ByStatus:     map[abi.Status]uint64{},
+		Commands:          s.commands.Load(),
+		Malformed:         s.malformed.Load(),
+		Dropped:           s.dropped.Load(),
+		BadChains:         s.badChains.Load(),
+		Activations:       s.activations.Load(),
+		Resets:            s.resets.Load(),
+		ConfigWrites:      s.configWrites.Load(),
+		EventsQueued:      s.eventsQueued.Load(),
+		EventsDelivered:   s.eventsDelivered.Load(),
+		EventsDropped:     s.eventsDropped.Load(),
+		ShortEventBuffers: s.shortEventBuffers.Load(),
+		EventsPending:     d.ev.len(),
+		ByOpcode:          map[abi.Opcode]uint64{},
+		ByStatus:          map[abi.Status]uint64{},
 	}
 	for i := range s.byOpcode {
 		if n := s.byOpcode[i].Load(); n != 0 {

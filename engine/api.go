@@ -71,67 +71,92 @@ var _ fabric.Responder = (*Engine)(nil)
 // The methods below return errors that wrap an abi.Status (so that
 // abi.StatusFor gives the status the control path answers with):
 // StatusNotFound for an unknown CQN/QPN, StatusBusy for a CQ still bound
-// to a QP, StatusBadAddress for a ring outside guest RAM (or overlapping
-// IO memory), StatusInvalidArgument for a bad size or attribute value,
-// StatusBadState for an illegal transition.
+// to a QP (or a number or doorbell record already in use),
+// StatusBadAddress for a ring outside guest RAM (or overlapping IO
+// memory), StatusInvalidArgument for a bad size or attribute value,
+// StatusBadState for an illegal transition, StatusNotSupported for a UD
+// QP.
 //
-// STUB: the bodies below are placeholders for the engine implementation.
+// Guest memory. The engine always has one current memory table: the one
+// given to the last Start or SetMemory. CreateCQ, CreateQP and ResizeCQ
+// check their rings against it (and fail with StatusBadAddress before any
+// table was given), so the device calls SetMemory (allowed while stopped)
+// or Start before it creates objects. Rings keep their guest physical
+// addresses: Start and SetMemory translate every ring again, and rebind
+// the MTT (cfg.MTT.Rebind) while the data path is quiesced, so the device
+// may unmap the old table as soon as the call returns.
+//
+// Doorbell records. CreateCQ/CreateQP on a running engine zero the
+// object's record; an object created while stopped gets its record zeroed
+// at the next Start. After a Stop/Start cycle the records keep their
+// counters (the device-owned ones are rewritten from the engine's copy).
+// MODIFY_QP to RESET zeroes the QP's record: the driver restarts its
+// producer counters at 0.
 
-// Engine is one device's data path.
-type Engine struct{ cfg Config }
-
-// New creates a stopped engine with no QPs or CQs.
-func New(cfg Config) *Engine { return &Engine{cfg: cfg} }
+// New creates a stopped engine with no QPs or CQs. Zero fields of
+// cfg.Limits take abi.DefaultLimits.
+func New(cfg Config) *Engine { return newEngine(cfg) }
 
 // Start starts the engine goroutine on guest memory mem with the doorbell
-// region (shared memory or the guest-RAM fallback area) as doorbells.
+// region (shared memory or the guest-RAM fallback area) as doorbells. The
+// region must be at least layout.Size() bytes and 64-byte aligned.
 func (e *Engine) Start(mem *guestmem.Table, doorbells guestmem.View, layout abi.DoorbellLayout) error {
-	return nil
+	return e.start(mem, doorbells, layout)
 }
 
 // Stop stops the engine goroutine and waits until no goroutine (engine or
-// responder) touches guest memory. QPs and CQs are kept.
-func (e *Engine) Stop() {}
+// responder) touches guest memory. QPs and CQs are kept. Until the next
+// Start, responders answer fabric.OutcomeRetry (the peer retries up to
+// its retry_cnt).
+func (e *Engine) Stop() { e.stop() }
 
 // SetMemory moves the engine onto a new guest memory table; the old one
 // stays mapped until SetMemory returns. Rings no longer inside guest RAM
-// put their QP (or CQ) in error.
-func (e *Engine) SetMemory(mem *guestmem.Table) error { return nil }
+// put their QP (or CQ) in error. It also rebinds cfg.MTT. It may be called
+// while stopped.
+func (e *Engine) SetMemory(mem *guestmem.Table) error { return e.setMemory(mem) }
 
-// Reset drops every QP and CQ.
-func (e *Engine) Reset() {}
+// Reset drops every QP and CQ. A running engine keeps running.
+func (e *Engine) Reset() { e.reset() }
 
-// Wake is the driver's kick on the wakeup queue.
-func (e *Engine) Wake() {}
+// Wake is the driver's kick on the wakeup queue. It only signals the
+// engine goroutine, which clears abi.EngineIdle when it wakes, so it is
+// safe to call at any time (also while stopped).
+func (e *Engine) Wake() { e.wake() }
 
 // CreateCQ adds a CQ.
-func (e *Engine) CreateCQ(s CQSpec) error { return abi.StatusNotSupported }
+func (e *Engine) CreateCQ(s CQSpec) error { return e.createCQ(s) }
 
-// ResizeCQ moves a CQ to a new ring, copying unconsumed CQEs.
-func (e *Engine) ResizeCQ(cqn, entries uint32, ringAddr uint64) error { return abi.StatusNotSupported }
+// ResizeCQ moves a CQ to a new ring, copying unconsumed CQEs. The engine
+// must be running (the CQEs are in guest memory).
+func (e *Engine) ResizeCQ(cqn, entries uint32, ringAddr uint64) error {
+	return e.resizeCQ(cqn, entries, ringAddr)
+}
 
 // DestroyCQ removes a CQ that no QP uses.
-func (e *Engine) DestroyCQ(cqn uint32) error { return abi.StatusNotSupported }
+func (e *Engine) DestroyCQ(cqn uint32) error { return e.destroyCQ(cqn) }
 
 // CreateQP adds a QP in RESET.
-func (e *Engine) CreateQP(s QPSpec) error { return abi.StatusNotSupported }
+func (e *Engine) CreateQP(s QPSpec) error { return e.createQP(s) }
 
 // ModifyQP applies a MODIFY_QP, checked with abi.CheckModify and the
-// attribute values.
+// attribute values (path MTU defined, port 1, retry_cnt and rnr_retry at
+// most 7, max_rd_atomic and max_dest_rd_atomic within
+// Limits.MaxQPRdAtom, defined access flags, 24-bit QPN and PSNs, timers
+// below 32, AV port 0 or 1 and sgid_index below MaxGID).
 func (e *Engine) ModifyQP(qpn uint32, mask abi.QPAttrMask, attr *abi.QPAttr) error {
-	return abi.StatusNotSupported
+	return e.modifyQP(qpn, mask, attr)
 }
 
 // QueryQP returns a QP's attributes and capabilities.
-func (e *Engine) QueryQP(qpn uint32) (abi.QueryQPResp, error) {
-	return abi.QueryQPResp{}, abi.StatusNotSupported
-}
+func (e *Engine) QueryQP(qpn uint32) (abi.QueryQPResp, error) { return e.queryQP(qpn) }
 
 // DestroyQP removes a QP; its outstanding WQEs are dropped without CQEs.
-func (e *Engine) DestroyQP(qpn uint32) error { return abi.StatusNotSupported }
+// After it returns no goroutine touches the QP's rings again.
+func (e *Engine) DestroyQP(qpn uint32) error { return e.destroyQP(qpn) }
 
-// Respond implements fabric.Responder.
-func (e *Engine) Respond(req *fabric.Request) fabric.Outcome { return fabric.OutcomeUnreachable }
+// Respond implements fabric.Responder (see responder.go).
+func (e *Engine) Respond(req *fabric.Request) fabric.Outcome { return e.respond(req) }
 
 // Stats returns the engine's counters.
-func (e *Engine) Stats() Stats { return Stats{} }
+func (e *Engine) Stats() Stats { return e.stats() }

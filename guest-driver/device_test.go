@@ -5,30 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
-
-// fakeTransport answers with canned bytes: a hostile or broken device.
-type fakeTransport struct {
-	config  []byte
-	resp    []byte
-	err     error
-	lastReq []byte
-	respLen uint32
-	resets  int
-}
-
-func (f *fakeTransport) Command(_ context.Context, req []byte, respLen uint32) ([]byte, error) {
-	if r, err := abi.DecodeRequest(req); err == nil && r.Header.Opcode == abi.OpResetState && f.err == nil {
-		f.resets++
-		return abi.AppendResponse(nil, abi.StatusOK, nil), nil // Open's probe
-	}
-	f.lastReq, f.respLen = append([]byte(nil), req...), respLen
-	return f.resp, f.err
-}
-func (f *fakeTransport) ReadConfig(context.Context) ([]byte, error) { return f.config, f.err }
-func (f *fakeTransport) Doorbells() (guestmem.View, error)          { return guestmem.View{}, ErrNoDoorbells }
 
 func goodConfig(t *testing.T, mut func(*abi.Config)) []byte {
 	t.Helper()

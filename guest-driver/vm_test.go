@@ -6,11 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/vstellar/vstellar/device"
+	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/vhost"
 	"github.com/vstellar/vstellar/vhost/frontend"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -27,10 +29,24 @@ type rig struct {
 
 func startRig(t *testing.T, name string, mut func(*vmm.Config)) *rig {
 	t.Helper()
+	return startRigOn(t, name, nil, mut)
+}
+
+// testLog discards, unless VSTELLAR_TEST_LOG is set.
+func testLog() *slog.Logger {
+	if os.Getenv("VSTELLAR_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startRigOn starts a rig whose device joins fab (nil: a private one).
+func startRigOn(t *testing.T, name string, fab fabric.Fabric, mut func(*vmm.Config)) *rig {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dev, err := device.New(device.Config{Name: name}, log)
+	log := testLog()
+	dev, err := device.New(device.Config{Name: name, Fabric: fab}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +96,7 @@ func startRig(t *testing.T, name string, mut func(*vmm.Config)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { drv.Close() }) // before the VM goes
 	return &rig{dev: dev, vm: vm, drv: drv}
 }
 
@@ -96,9 +113,9 @@ func TestVMQueryDevice(t *testing.T) {
 	if a.NodeGUID != r.dev.NodeGUID() || a.MaxQP != abi.DefaultLimits.MaxQP || a.VendorPartID != abi.PCIDeviceID || a.PhysPortCnt != 1 {
 		t.Fatalf("attr %+v", a)
 	}
-	// Every other opcode is a status, and the queue keeps working.
+	// Malformed commands get a status, and the queue keeps working.
 	for _, op := range []abi.Opcode{abi.OpCreateQP, abi.OpRegMR, abi.OpAllocPD} {
-		if _, err := r.drv.command(ctx, op, make([]byte, 16), 16); !errors.Is(err, abi.StatusNotSupported) {
+		if _, err := r.drv.command(ctx, op, make([]byte, 17), 16); !errors.Is(err, abi.StatusInvalidArgument) {
 			t.Errorf("%v: %v", op, err)
 		}
 	}
@@ -144,10 +161,17 @@ func TestVMDoorbellsIsolatedBetweenDevices(t *testing.T) {
 	for i := range dba.Bytes() {
 		dba.Bytes()[i] = 0xff
 	}
-	for i, x := range b.dev.DoorbellRegion().View().Bytes() {
+	// Device b's engine writes its own device page (the idle flag); the
+	// records are untouched and no flag but EngineIdle is set.
+	bv := b.dev.DoorbellRegion().View()
+	layout := b.drv.Config().Doorbell
+	for i, x := range bv.Bytes()[layout.RecordsOffset:] {
 		if x != 0 {
-			t.Fatalf("VM a's doorbell writes reached device b at byte %d", i)
+			t.Fatalf("VM a's doorbell writes reached device b's records at byte %d", i)
 		}
+	}
+	if f := bv.LoadUint32Acquire(abi.DevPageOffEngineFlags); f&^abi.EngineIdle != 0 {
+		t.Fatalf("device b's engine flags %#x", f)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/virtio"
 	"github.com/vstellar/vstellar/virtio/abi"
 	"github.com/vstellar/vstellar/vmm"
 )
@@ -16,7 +17,10 @@ var ErrNoDoorbells = errors.New("guestdriver: doorbell region not mapped")
 
 // VMTransport is a Transport over a simulated VM whose device has been
 // started (vm.Start). Commands go through the VM's control queue with
-// vm.Request, which serialises them.
+// vm.Request, which serialises them; event buffers through the VM's
+// posted-buffer API on abi.QueueEvent, whose bookkeeping lives in the VM,
+// so a driver opened after another one still reads the events that land
+// in its predecessor's buffers.
 type VMTransport struct {
 	vm *vmm.VM
 }
@@ -58,6 +62,73 @@ func (t *VMTransport) Doorbells() (guestmem.View, error) {
 		return guestmem.View{}, fmt.Errorf("shmid %d: %v: %w", abi.DoorbellShmID, err, ErrNoDoorbells)
 	}
 	return v, nil
+}
+
+// AllocDMA implements Transport with the VM's guest RAM allocator (which
+// hands out fresh, zero memory and never frees; Device recycles what it
+// frees itself).
+func (t *VMTransport) AllocDMA(size, align uint64) (Buffer, error) {
+	gpa, err := t.vm.Alloc(size, align)
+	if err != nil {
+		return Buffer{}, fmt.Errorf("guestdriver: dma memory: %w", err)
+	}
+	return t.buffer(gpa, size)
+}
+
+func (t *VMTransport) buffer(gpa, size uint64) (Buffer, error) {
+	v, err := t.vm.Memory().Translate(gpa, size)
+	if err != nil {
+		return Buffer{}, fmt.Errorf("guestdriver: dma memory at %#x: %w", gpa, err)
+	}
+	return Buffer{GPA: gpa, View: v}, nil
+}
+
+// NotifyWakeup implements Transport: the guest's write to the wakeup
+// queue's notify address (the queue's ioeventfd).
+func (t *VMTransport) NotifyWakeup() error {
+	if err := t.vm.Kick(abi.QueueWakeup); err != nil {
+		return fmt.Errorf("guestdriver: wakeup kick: %w", err)
+	}
+	return nil
+}
+
+// PostEventBuffers implements Transport.
+func (t *VMTransport) PostEventBuffers(bufs ...Buffer) error {
+	vb := make([]virtio.Buffer, 0, len(bufs))
+	for _, b := range bufs {
+		if b.Len() == 0 || b.Len() > 1<<31 {
+			return fmt.Errorf("guestdriver: event buffer of %d bytes", b.Len())
+		}
+		vb = append(vb, virtio.Buffer{Addr: b.GPA, Len: uint32(b.Len())})
+	}
+	if err := t.vm.PostWritable(abi.QueueEvent, vb...); err != nil {
+		return fmt.Errorf("guestdriver: event queue: %w", err)
+	}
+	return nil
+}
+
+// TakeEvent implements Transport.
+func (t *VMTransport) TakeEvent() (Buffer, uint32, bool, error) {
+	vb, written, ok, err := t.vm.TakeUsed(abi.QueueEvent)
+	if err != nil {
+		return Buffer{}, 0, false, fmt.Errorf("guestdriver: event queue: %w", err)
+	}
+	if !ok {
+		return Buffer{}, 0, false, nil
+	}
+	b, err := t.buffer(vb.Addr, uint64(vb.Len))
+	if err != nil {
+		return Buffer{}, 0, false, err
+	}
+	return b, written, true, nil
+}
+
+// WaitEvents implements Transport.
+func (t *VMTransport) WaitEvents(ctx context.Context) error {
+	if err := t.vm.WaitUsed(ctx, abi.QueueEvent); err != nil {
+		return fmt.Errorf("guestdriver: event queue: %w", err)
+	}
+	return nil
 }
 
 // VMConfig is how a VMM launches a vStellar device: the vmm equivalent of

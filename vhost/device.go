@@ -36,7 +36,9 @@ type Device interface {
 	Activate(ctx context.Context, env Env) error
 	// ProcessQueue is called on the queue's worker after a kick (or on
 	// start with pending buffers). It pops and pushes chains; the Backend
-	// notifies the driver afterwards if the ring asks for it. An error
+	// notifies the driver afterwards if the ring asks for it. It may leave
+	// buffers posted (buffers waiting for something to fill them); it is
+	// then called again on the next kick or Env.Schedule. An error
 	// wrapping virtio.ErrBadChain marks the queue broken.
 	ProcessQueue(ctx context.Context, idx int, q *virtio.DeviceQueue, mem *guestmem.Table) error
 	// Deactivate is called when the device stops being live: the driver
@@ -61,6 +63,25 @@ type Env interface {
 	UnmapShmem(ctx context.Context, m ShmemMapping) error
 	// ConfigChanged tells the driver that config space changed.
 	ConfigChanged(ctx context.Context) error
+	// Schedule asks for queue idx to be processed on its worker as if the
+	// driver had kicked it: the way a device delivers something that
+	// arose outside ProcessQueue (an asynchronous event) into buffers the
+	// driver posted earlier. It never blocks and may be called from any
+	// goroutine, also from one the device's ProcessQueue is waiting for;
+	// it does nothing for an unknown index or a ring that is not running.
+	Schedule(idx int)
+}
+
+// MemoryWatcher is implemented by devices that keep their own references
+// into guest memory (translation tables, a data-path engine). The Backend
+// calls SetMemory on every guest memory change with the new table, while
+// every ring worker is quiesced and before the mappings that went away
+// are unmapped, so the device can move off the old table while it is
+// still safe to touch. An error refuses the change: the rings stay on the
+// old table and the front-end gets an error reply; the device must then
+// still work with the old table.
+type MemoryWatcher interface {
+	SetMemory(t *guestmem.Table) error
 }
 
 // ShmemMapping describes one SHMEM_MAP or SHMEM_UNMAP.

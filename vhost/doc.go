@@ -20,7 +20,8 @@
 //     ends the connection, and only this device's connection.
 //   - Guest memory is mapped MAP_SHARED per region honouring mmap_offset.
 //     A memory change builds a new table, moves every ring onto it with the
-//     ring workers quiesced, and only then unmaps what went away.
+//     ring workers quiesced, tells a MemoryWatcher device in the same
+//     window, and only then unmaps what went away.
 //   - Rings follow the spec's life cycle: configured while stopped, started
 //     by the first kick, enabled by SET_VRING_ENABLE, stopped by
 //     GET_VRING_BASE (which drops the kick and call descriptors), processed

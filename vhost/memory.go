@@ -31,21 +31,34 @@ func unmapRegions(rs []guestmem.Region) {
 func (s *session) unmapAll(t *guestmem.Table) { unmapRegions(t.Regions()) }
 
 // swapMemory installs t, re-translating every configured ring against it,
-// and returns the table it replaced.
+// tells a MemoryWatcher device, and returns the table it replaced. The
+// caller unmaps what went away only after it returns.
 func (s *session) swapMemory(t *guestmem.Table) (*guestmem.Table, error) {
 	s.lockRings()
 	defer s.unlockRings()
 	old := s.mem.Load()
 	for i, r := range s.rings {
 		if err := r.retranslate(t); err != nil {
-			for _, back := range s.rings[:i] {
-				back.retranslate(old) // worked before, works again
-			}
+			s.rollBackRings(i, old)
 			return nil, err
+		}
+	}
+	if w, ok := s.dev.(MemoryWatcher); ok {
+		if err := w.SetMemory(t); err != nil {
+			s.rollBackRings(len(s.rings), old)
+			return nil, fmt.Errorf("device refused the memory change: %w", err)
 		}
 	}
 	s.mem.Store(t)
 	return old, nil
+}
+
+// rollBackRings moves the first n rings back onto old, where they worked
+// before.
+func (s *session) rollBackRings(n int, old *guestmem.Table) {
+	for _, r := range s.rings[:n] {
+		r.retranslate(old)
+	}
 }
 
 func (s *session) setMemTable(m *Message) ([]byte, error) {

@@ -175,4 +175,15 @@ func (s *session) UnmapShmem(ctx context.Context, m ShmemMapping) error {
 
 func (s *session) ConfigChanged(ctx context.Context) error { return s.sendConfigChange(ctx) }
 
+// Schedule wakes the ring's worker without taking any lock: the caller
+// may be a goroutine that a running ProcessQueue waits for.
+func (s *session) Schedule(idx int) {
+	if idx < 0 || idx >= len(s.rings) {
+		return
+	}
+	if r := s.rings[idx]; r.running.Load() {
+		r.wakeup()
+	}
+}
+
 var _ Env = (*session)(nil)

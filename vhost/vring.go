@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -48,6 +49,8 @@ type vring struct {
 	stop     chan struct{}
 	done     chan struct{}
 	pollMode bool
+	// running mirrors worker() for Env.Schedule, which must not take mu.
+	running atomic.Bool
 }
 
 func newVring(s *session, idx int) *vring {
@@ -393,6 +396,7 @@ func (r *vring) startWorker(fd int) error {
 	r.mu.Lock()
 	r.kick, r.pollMode = kick, kick == nil
 	r.stop, r.done = stop, done
+	r.running.Store(true)
 	r.mu.Unlock()
 	// done closes once both goroutines have returned, so a kick read
 	// that completes during a stop cannot mark the stopped ring started.
@@ -414,6 +418,7 @@ func (r *vring) stopWorker() {
 	r.mu.Lock()
 	stop, done, kick := r.stop, r.done, r.kick
 	r.stop, r.done, r.kick = nil, nil, nil
+	r.running.Store(false)
 	r.mu.Unlock()
 	if done == nil {
 		return
@@ -482,13 +487,16 @@ func (r *vring) service() {
 	}
 	for {
 		r.q.DisableNotify()
+		before := r.q.NextAvail()
 		if err := r.process(); err != nil {
 			r.fail(err)
 			return
 		}
 		// Re-enable kicks, then look again: a buffer added in between
-		// would otherwise wait for a kick the driver never sends.
-		if !r.q.EnableNotify() {
+		// would otherwise wait for a kick the driver never sends. A device
+		// that took nothing this round leaves the rest posted on purpose
+		// (event buffers wait for events): looking again would spin.
+		if !r.q.EnableNotify() || r.q.NextAvail() == before {
 			break
 		}
 	}

@@ -61,9 +61,10 @@ type queue struct {
 	kickFD  int      // guest writes: KVM ioeventfd
 	call    *os.File // VMM waits: irqfd; owns callFD
 	callFD  int
-	lastAvl uint16 // next avail index to restore with SET_VRING_BASE
-	known   bool   // lastAvl came from GET_VRING_BASE
-	scratch uint64 // GPA of Request's buffers
+	lastAvl uint16  // next avail index to restore with SET_VRING_BASE
+	known   bool    // lastAvl came from GET_VRING_BASE
+	scratch uint64  // GPA of Request's buffers
+	posted  *posted // PostWritable's buffers (guarded by mu)
 }
 
 // VM is a simulated virtual machine with one vhost-user device.

@@ -68,7 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if o.json {
-		b, _ := json.MarshalIndent(d.results, "", "  ")
+		b, _ := json.MarshalIndent(output{VMs: d.results, Verbs: d.verbsResult}, "", "  ")
 		fmt.Fprintln(stdout, string(b))
 	}
 	return 0
@@ -79,6 +79,14 @@ type demo struct {
 	out     io.Writer
 	log     *slog.Logger
 	results []result
+	// verbsResult is the verbs walk-through between the first two VMs.
+	verbsResult *verbsResult
+}
+
+// output is the --json document.
+type output struct {
+	VMs   []result     `json:"vms"`
+	Verbs *verbsResult `json:"verbs,omitempty"`
 }
 
 // result is what one VM saw.
@@ -143,6 +151,13 @@ func (d *demo) run(ctx context.Context, stderr io.Writer) error {
 	}
 	if err := d.isolation(vms[0].drv, vms[len(vms)-1].drv, len(vms)); err != nil {
 		return err
+	}
+	if len(vms) >= 2 {
+		vr, err := d.verbs(ctx, vms[0].name, vms[1].name, vms[0].drv, vms[1].drv)
+		if err != nil {
+			return fmt.Errorf("verbs: %w", err)
+		}
+		d.verbsResult = vr
 	}
 	for _, v := range vms {
 		fmt.Fprintf(d.out, "%s: life cycle\n", v.name)

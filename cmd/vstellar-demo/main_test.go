@@ -13,9 +13,13 @@ func TestDemo(t *testing.T) {
 	if code := run([]string{"--vms", "2", "--mem", "1", "--json"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var results []result
-	if err := json.Unmarshal([]byte(out.String()), &results); err != nil {
+	var doc output
+	if err := json.Unmarshal([]byte(out.String()), &doc); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, out.String())
+	}
+	results := doc.VMs
+	if v := doc.Verbs; v == nil || v.SendBytes == 0 || v.WriteKiB != 128 || v.WriteUs <= 0 || v.ReadUs <= 0 || v.FetchAdd != 42 {
+		t.Errorf("verbs between the two VMs: %+v", v)
 	}
 	if len(results) != 2 {
 		t.Fatalf("%d results", len(results))

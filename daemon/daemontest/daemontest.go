@@ -112,7 +112,7 @@ type Factory struct {
 }
 
 // New implements daemon.DeviceFactory.
-func (f *Factory) New(_ context.Context, spec daemon.DeviceSpec, _ *slog.Logger) (daemon.Instance, error) {
+func (f *Factory) New(_ context.Context, spec daemon.DeviceSpec, _ daemon.Shared, _ *slog.Logger) (daemon.Instance, error) {
 	if f.Err != nil {
 		if err := f.Err(spec); err != nil {
 			return daemon.Instance{}, err

@@ -1,0 +1,84 @@
+package device
+
+import (
+	"fmt"
+
+	"github.com/vstellar/vstellar/engine"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// checkCQEntries checks a CQ size: a power of two up to MaxCQE.
+func (d *Device) checkCQEntries(n uint32) error {
+	if !isPow2(n) || n > d.limits.MaxCQE {
+		return fail(abi.StatusInvalidArgument, "%d CQ entries (a power of two up to %d)", n, d.limits.MaxCQE)
+	}
+	return nil
+}
+
+// createCQ is CREATE_CQ. The device checks the size and the limit and
+// hands out the CQN and doorbell record; the engine checks the ring
+// against guest memory.
+func (d *Device) createCQ(c *cmd, payload []byte) ([]byte, error) {
+	var r abi.CreateCQReq
+	if err := decode(payload, &r); err != nil {
+		return nil, err
+	}
+	if err := d.checkCQEntries(r.Entries); err != nil {
+		return nil, err
+	}
+	if err := d.needDoorbells(); err != nil {
+		return nil, err
+	}
+	slot, ok := d.o.cqs.add(&cq{entries: r.Entries})
+	if !ok {
+		return nil, fail(abi.StatusNoResources, "%d CQs", d.limits.MaxCQ)
+	}
+	cqn := slot + 1
+	db := d.cqDoorbell(cqn)
+	err := d.eng.CreateCQ(engine.CQSpec{CQN: cqn, Doorbell: db, RingAddr: r.RingAddr, Entries: r.Entries})
+	if err != nil {
+		d.o.cqs.remove(slot)
+		return nil, fmt.Errorf("CQ %d: %w", cqn, err)
+	}
+	return c.encode(&abi.CreateCQResp{CQN: cqn, DoorbellIndex: db}), nil
+}
+
+// resizeCQ is RESIZE_CQ.
+func (d *Device) resizeCQ(c *cmd, payload []byte) ([]byte, error) {
+	var r abi.ResizeCQReq
+	if err := decode(payload, &r); err != nil {
+		return nil, err
+	}
+	q := d.o.cq(r.CQN)
+	if q == nil {
+		return nil, fail(abi.StatusNotFound, "CQ %d", r.CQN)
+	}
+	if err := d.checkCQEntries(r.Entries); err != nil {
+		return nil, err
+	}
+	if err := d.eng.ResizeCQ(r.CQN, r.Entries, r.RingAddr); err != nil {
+		return nil, fmt.Errorf("CQ %d: %w", r.CQN, err)
+	}
+	q.entries = r.Entries
+	return c.out, nil
+}
+
+// destroyCQ is DESTROY_CQ: refused while a QP uses the CQ.
+func (d *Device) destroyCQ(c *cmd, payload []byte) ([]byte, error) {
+	var r abi.HandleReq
+	if err := decode(payload, &r); err != nil {
+		return nil, err
+	}
+	q := d.o.cq(r.Handle)
+	switch {
+	case q == nil:
+		return nil, fail(abi.StatusNotFound, "CQ %d", r.Handle)
+	case q.users > 0:
+		return nil, fail(abi.StatusBusy, "CQ %d is bound to QPs (%d uses)", r.Handle, q.users)
+	}
+	if err := d.eng.DestroyCQ(r.Handle); err != nil {
+		return nil, fmt.Errorf("CQ %d: %w", r.Handle, err)
+	}
+	d.o.cqs.remove(cqSlot(r.Handle))
+	return c.out, nil
+}

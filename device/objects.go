@@ -1,0 +1,151 @@
+package device
+
+import (
+	"github.com/vstellar/vstellar/emtt"
+	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// The device's resource model. Handles follow the numbering every part of
+// vStellar agrees on: PDN and AHN are slot+1 (0 is never valid), CQN is
+// slot+1 with doorbell record MaxQP+slot, QPN is slot+2 (0 and 1 are
+// reserved by IB) with doorbell record slot. MR keys come from the emtt
+// table, which also holds the MRs themselves.
+
+// pd is a protection domain.
+type pd struct {
+	// users counts the QPs, MRs and AHs in the PD: DEALLOC_PD is refused
+	// while any exists.
+	users uint32
+}
+
+// cq is a completion queue; the engine holds its ring.
+type cq struct {
+	entries uint32
+	// users counts QP bindings (a QP using the CQ for both queues counts
+	// twice): DESTROY_CQ is refused while any exists.
+	users uint32
+}
+
+// qp is a queue pair; the engine holds its rings and state.
+type qp struct {
+	pdn, sendCQN, recvCQN uint32
+}
+
+// ah is an address handle.
+type ah struct {
+	pdn  uint32
+	attr abi.AHAttr
+}
+
+// gidEntry is one GID table entry; typ GIDTypeNone means empty.
+type gidEntry struct {
+	gid        abi.GID
+	typ, flags uint32
+	// unregister takes a guest-added GID off the fabric (nil for the
+	// device's own entry, which the device registers for its lifetime).
+	unregister func()
+}
+
+// objects is everything a driver builds on the device, guarded by
+// Device.omu.
+type objects struct {
+	pds  slots[pd]
+	cqs  slots[cq]
+	qps  slots[qp]
+	ahs  slots[ah]
+	gids []gidEntry // len MaxGID; [0] is the device's
+
+	// mem is the guest memory the MRs are bound to (and the engine runs
+	// on).
+	mem *guestmem.Table
+
+	// mode is where the doorbells live while the device is active
+	// (DoorbellNone while it is not).
+	mode DoorbellMode
+	// Doorbells. started: the engine runs (its doorbells exist). dbArea
+	// is the guest-RAM doorbell area SET_DOORBELL_AREA registered
+	// (fallback mode only; nil otherwise). The engine zeroes each record
+	// when it binds a new QP or CQ to it.
+	started bool
+	dbArea  *emtt.Span
+	// lastMode is the doorbell mode the objects were built under:
+	// re-activation in another mode drops them (their doorbell records
+	// are not where the driver left them).
+	lastMode DoorbellMode
+
+	closed bool
+}
+
+func (o *objects) init(l abi.Limits, gid0 abi.GID) {
+	o.pds = newSlots[pd](l.MaxPD)
+	o.cqs = newSlots[cq](l.MaxCQ)
+	o.qps = newSlots[qp](l.MaxQP)
+	o.ahs = newSlots[ah](l.MaxAH)
+	o.gids = make([]gidEntry, l.MaxGID)
+	o.gids[0] = gidEntry{gid: gid0, typ: abi.GIDTypeRoCE2, flags: abi.GIDFlagDevice}
+}
+
+// Handle <-> slot conversions. A hostile handle converts to a slot that
+// slots.get rejects (0 wraps to 0xffffffff).
+func pdSlot(pdn uint32) uint32 { return pdn - 1 }
+func cqSlot(cqn uint32) uint32 { return cqn - 1 }
+func qpSlot(qpn uint32) uint32 { return qpn - 2 }
+func ahSlot(ahn uint32) uint32 { return ahn - 1 }
+
+func (o *objects) pd(pdn uint32) *pd { return o.pds.get(pdSlot(pdn)) }
+func (o *objects) cq(cqn uint32) *cq { return o.cqs.get(cqSlot(cqn)) }
+func (o *objects) qp(qpn uint32) *qp { return o.qps.get(qpSlot(qpn)) }
+func (o *objects) ah(ahn uint32) *ah { return o.ahs.get(ahSlot(ahn)) }
+
+// cqDoorbell and qpDoorbell are the doorbell record indices.
+func (d *Device) cqDoorbell(cqn uint32) uint32 { return d.limits.MaxQP + cqSlot(cqn) }
+func qpDoorbell(qpn uint32) uint32             { return qpSlot(qpn) }
+
+// resetObjectsLocked drops everything a driver built: QPs and CQs (in
+// the engine), MRs, PDs, AHs, guest GIDs (off the fabric), queued events,
+// the doorbell records and the guest-RAM doorbell area. The engine must
+// be stopped. Called with omu held.
+func (d *Device) resetObjectsLocked() {
+	d.eng.Reset()
+	d.mtt.Clear()
+	d.o.pds.clear()
+	d.o.cqs.clear()
+	d.o.qps.clear()
+	d.o.ahs.clear()
+	for i := 1; i < len(d.o.gids); i++ {
+		if g := &d.o.gids[i]; g.unregister != nil {
+			g.unregister()
+		}
+		d.o.gids[i] = gidEntry{}
+	}
+	d.ev.clear()
+	if err := d.db.Zero(); err != nil {
+		d.log.Error("clearing doorbell region", "err", err)
+	}
+	d.o.dbArea = nil
+	d.o.lastMode = DoorbellNone
+	d.stats.resets.Add(1)
+}
+
+// Objects counts a device's live objects.
+type Objects struct {
+	PDs, CQs, QPs, MRs, AHs, GIDs int
+}
+
+// Objects returns the number of live objects of each kind (GIDs include
+// the device's own).
+func (d *Device) Objects() Objects {
+	d.omu.Lock()
+	defer d.omu.Unlock()
+	n := Objects{
+		PDs: int(d.o.pds.len()), CQs: int(d.o.cqs.len()), QPs: int(d.o.qps.len()),
+		AHs: int(d.o.ahs.len()), MRs: d.mtt.Len(),
+	}
+	for _, g := range d.o.gids {
+		if g.typ != abi.GIDTypeNone {
+			n.GIDs++
+		}
+	}
+	return n
+}

@@ -1,0 +1,168 @@
+package device
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+func TestQueryPort(t *testing.T) {
+	d := newDevice(t, Config{Limits: abi.Limits{MaxGID: 8}})
+	g := startVM(t, d, vmOpts{})
+	var a abi.PortAttr
+	g.must(abi.OpQueryPort, &abi.QueryPortReq{Port: 1}, &a)
+	want := abi.PortAttr{
+		State: abi.PortActive, MaxMTU: abi.MTU4096, ActiveMTU: abi.MTU4096, GIDTableLen: 8,
+		MaxMsgSize: 1 << 31, PKeyTableLen: 1, ActiveWidth: 2, ActiveSpeed: 32, PhysState: 5,
+		LinkLayer: abi.LinkLayerEthernet,
+	}
+	if a != want {
+		t.Fatalf("port 1\n got %+v\nwant %+v", a, want)
+	}
+	for _, port := range []uint32{0, 2, 0xffffffff} {
+		g.want(abi.StatusInvalidArgument, abi.OpQueryPort, &abi.QueryPortReq{Port: port})
+	}
+	g.want(abi.StatusInvalidArgument, abi.OpQueryPort, &abi.QueryPortReq{Port: 1, Reserved: 1})
+}
+
+// recordingFabric is a fabric.Local that records registrations, so tests
+// see what the device put on the fabric and took off it.
+type recordingFabric struct {
+	*fabric.Local
+	mu   sync.Mutex
+	live []abi.GID
+}
+
+func newRecordingFabric() *recordingFabric { return &recordingFabric{Local: fabric.NewLocal()} }
+
+func (f *recordingFabric) Register(gid abi.GID, r fabric.Responder) (func(), error) {
+	unreg, err := f.Local.Register(gid, r)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.live = append(f.live, gid)
+	f.mu.Unlock()
+	return func() {
+		unreg()
+		f.mu.Lock()
+		f.live = slices.DeleteFunc(f.live, func(g abi.GID) bool { return g == gid })
+		f.mu.Unlock()
+	}, nil
+}
+
+func (f *recordingFabric) registered() []abi.GID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.live)
+}
+
+func gidOf(b byte) abi.GID {
+	var g abi.GID
+	g[0], g[1], g[15] = 0xfd, 0x00, b
+	return g
+}
+
+func TestGIDTable(t *testing.T) {
+	fab := newRecordingFabric()
+	d := newDevice(t, Config{Name: "gids", Limits: abi.Limits{MaxGID: 4}, Fabric: fab})
+	g := startVM(t, d, vmOpts{})
+
+	// Index 0: the device's GID, fe80:: + node GUID, on the fabric from New.
+	var e abi.GIDEntry
+	g.must(abi.OpQueryGID, &abi.GIDReq{Port: 1, Index: 0}, &e)
+	if e.GID[0] != 0xfe || e.GID[1] != 0x80 || binary.BigEndian.Uint64(e.GID[8:]) != d.NodeGUID() ||
+		e.Type != abi.GIDTypeRoCE2 || e.Flags != abi.GIDFlagDevice || e.GID != d.GID() {
+		t.Fatalf("GID 0: %+v", e)
+	}
+	if got := fab.registered(); !slices.Equal(got, []abi.GID{d.GID()}) {
+		t.Fatalf("registered %x", got)
+	}
+	// Empty entries read as type NONE; out-of-table indices and ports are
+	// invalid.
+	g.must(abi.OpQueryGID, &abi.GIDReq{Port: 1, Index: 3}, &e)
+	if e != (abi.GIDEntry{}) {
+		t.Fatalf("empty entry %+v", e)
+	}
+	g.want(abi.StatusInvalidArgument, abi.OpQueryGID, &abi.GIDReq{Port: 1, Index: 4})
+	g.want(abi.StatusInvalidArgument, abi.OpQueryGID, &abi.GIDReq{Port: 2, Index: 0})
+
+	// ADD_GID.
+	g.want(abi.StatusPermission, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 0, GID: gidOf(1)})
+	g.want(abi.StatusInvalidArgument, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 4, GID: gidOf(1)})
+	g.want(abi.StatusInvalidArgument, abi.OpAddGID, &abi.AddGIDReq{Port: 0, Index: 1, GID: gidOf(1)})
+	g.want(abi.StatusInvalidArgument, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1})
+	g.must(abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: gidOf(1)}, nil)
+	g.must(abi.OpQueryGID, &abi.GIDReq{Port: 1, Index: 1}, &e)
+	if e.GID != gidOf(1) || e.Type != abi.GIDTypeRoCE2 || e.Flags != abi.GIDFlagGuest {
+		t.Fatalf("added entry %+v", e)
+	}
+	g.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: gidOf(2)}) // slot taken
+	g.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 2, GID: gidOf(1)}) // GID held (by us)
+	g.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 2, GID: d.GID()})  // the device's own
+	g.must(abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 3, GID: gidOf(3)}, nil)
+	if got := fab.registered(); !slices.Equal(got, []abi.GID{d.GID(), gidOf(1), gidOf(3)}) {
+		t.Fatalf("registered %x", got)
+	}
+	if d.Objects().GIDs != 3 {
+		t.Fatalf("objects %+v", d.Objects())
+	}
+
+	// DEL_GID.
+	g.want(abi.StatusPermission, abi.OpDelGID, &abi.GIDReq{Port: 1, Index: 0})
+	g.want(abi.StatusNotFound, abi.OpDelGID, &abi.GIDReq{Port: 1, Index: 2})
+	g.want(abi.StatusInvalidArgument, abi.OpDelGID, &abi.GIDReq{Port: 1, Index: 9})
+	g.must(abi.OpDelGID, &abi.GIDReq{Port: 1, Index: 1}, nil)
+	g.want(abi.StatusNotFound, abi.OpDelGID, &abi.GIDReq{Port: 1, Index: 1})
+	if got := fab.registered(); !slices.Equal(got, []abi.GID{d.GID(), gidOf(3)}) {
+		t.Fatalf("registered after DEL_GID %x", got)
+	}
+	// The freed GID can be added again, at another index.
+	g.must(abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 2, GID: gidOf(1)}, nil)
+
+	// RESET_STATE takes the guest's GIDs off the fabric, keeps index 0.
+	g.must(abi.OpResetState, nil, nil)
+	if got := fab.registered(); !slices.Equal(got, []abi.GID{d.GID()}) {
+		t.Fatalf("registered after RESET_STATE %x", got)
+	}
+	g.must(abi.OpQueryGID, &abi.GIDReq{Port: 1, Index: 2}, &e)
+	if e.Type != abi.GIDTypeNone {
+		t.Fatalf("entry 2 after reset %+v", e)
+	}
+	// Close takes index 0 off too.
+	g.must(abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: gidOf(7)}, nil)
+	g.vm.Close()
+	d.Close()
+	if got := fab.registered(); len(got) != 0 {
+		t.Fatalf("registered after Close %x", got)
+	}
+}
+
+// TestGIDsAcrossDevices: a GID another device on the fabric holds cannot
+// be added (so no GID routes to two devices), and is free again once that
+// device lets it go.
+func TestGIDsAcrossDevices(t *testing.T) {
+	fab := fabric.NewLocal()
+	a := newDevice(t, Config{Name: "a", Fabric: fab})
+	b := newDevice(t, Config{Name: "b", Fabric: fab})
+	ga, gb := startVM(t, a, vmOpts{}), startVM(t, b, vmOpts{})
+	gb.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: a.GID()})
+	ga.must(abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: gidOf(9)}, nil)
+	gb.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: gidOf(9)})
+	ga.must(abi.OpDelGID, &abi.GIDReq{Port: 1, Index: 1}, nil)
+	gb.must(abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: gidOf(9)}, nil)
+
+	// A device whose name (and so GID) another device on the fabric has
+	// cannot be created.
+	if d, err := New(Config{Name: "a", Fabric: fab}, quietLog()); !errors.Is(err, ErrGIDInUse) {
+		if d != nil {
+			d.Close()
+		}
+		t.Fatalf("second device named a: %v", err)
+	}
+}

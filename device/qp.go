@@ -1,0 +1,156 @@
+package device
+
+import (
+	"fmt"
+
+	"github.com/vstellar/vstellar/engine"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// checkQPCaps checks CREATE_QP's sizes against the limits: queue sizes
+// are powers of two up to MaxQPWR, SGE counts and inline data within
+// theirs.
+func (d *Device) checkQPCaps(r *abi.CreateQPReq) error {
+	l := d.limits
+	switch {
+	case !isPow2(r.SQSize) || r.SQSize > l.MaxQPWR:
+		return fail(abi.StatusInvalidArgument, "SQ of %d WQEs (a power of two up to %d)", r.SQSize, l.MaxQPWR)
+	case !isPow2(r.RQSize) || r.RQSize > l.MaxQPWR:
+		return fail(abi.StatusInvalidArgument, "RQ of %d WQEs (a power of two up to %d)", r.RQSize, l.MaxQPWR)
+	case r.MaxSendSGE > l.MaxSGE || r.MaxRecvSGE > l.MaxSGE:
+		return fail(abi.StatusInvalidArgument, "%d send / %d receive SGEs (at most %d)", r.MaxSendSGE, r.MaxRecvSGE, l.MaxSGE)
+	case r.MaxInlineData > l.MaxInlineData:
+		return fail(abi.StatusInvalidArgument, "%d bytes of inline data (at most %d)", r.MaxInlineData, l.MaxInlineData)
+	}
+	return nil
+}
+
+// createQP is CREATE_QP. The device checks the PD, the CQs, the sizes and
+// the limit and hands out the QPN and doorbell record; the engine checks
+// the rings against guest memory.
+func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
+	var r abi.CreateQPReq
+	if err := decode(payload, &r); err != nil {
+		return nil, err
+	}
+	if r.Type != abi.QPTypeRC {
+		return nil, fail(abi.StatusNotSupported, "%v QPs", r.Type)
+	}
+	p, err := d.lookupPD(r.PDN)
+	if err != nil {
+		return nil, err
+	}
+	scq, rcq := d.o.cq(r.SendCQN), d.o.cq(r.RecvCQN)
+	switch {
+	case scq == nil:
+		return nil, fail(abi.StatusNotFound, "send CQ %d", r.SendCQN)
+	case rcq == nil:
+		return nil, fail(abi.StatusNotFound, "receive CQ %d", r.RecvCQN)
+	}
+	if err := d.checkQPCaps(&r); err != nil {
+		return nil, err
+	}
+	if err := d.needDoorbells(); err != nil {
+		return nil, err
+	}
+	slot, ok := d.o.qps.add(&qp{pdn: r.PDN, sendCQN: r.SendCQN, recvCQN: r.RecvCQN})
+	if !ok {
+		return nil, fail(abi.StatusNoResources, "%d QPs", d.limits.MaxQP)
+	}
+	qpn := slot + 2
+	db := qpDoorbell(qpn)
+	err = d.eng.CreateQP(engine.QPSpec{
+		QPN: qpn, PDN: r.PDN, Type: r.Type, SigAll: r.SigAll != 0,
+		SendCQN: r.SendCQN, RecvCQN: r.RecvCQN, Doorbell: db,
+		SQSize: r.SQSize, RQSize: r.RQSize,
+		MaxSendSGE: r.MaxSendSGE, MaxRecvSGE: r.MaxRecvSGE, MaxInlineData: r.MaxInlineData,
+		SQAddr: r.SQAddr, RQAddr: r.RQAddr,
+	})
+	if err != nil {
+		d.o.qps.remove(slot)
+		return nil, fmt.Errorf("QP %d: %w", qpn, err)
+	}
+	p.users++
+	scq.users++
+	rcq.users++
+	return c.encode(&abi.CreateQPResp{
+		QPN:           qpn,
+		DoorbellIndex: db,
+		SQStride:      abi.SendWQEStride(r.MaxSendSGE, r.MaxInlineData),
+		RQStride:      abi.RecvWQEStride(r.MaxRecvSGE),
+	}), nil
+}
+
+// lookupQP returns the QP a command names.
+func (d *Device) lookupQP(qpn uint32) (*qp, error) {
+	q := d.o.qp(qpn)
+	if q == nil {
+		return nil, fail(abi.StatusNotFound, "QP %d", qpn)
+	}
+	return q, nil
+}
+
+// modifyQP is MODIFY_QP. The device checks what it owns (the port, the
+// P_Key table, the GID table an address vector points into); the engine
+// checks the transition (abi.CheckModify) and the other values.
+func (d *Device) modifyQP(c *cmd, payload []byte) ([]byte, error) {
+	var r abi.ModifyQPReq
+	if err := decode(payload, &r); err != nil {
+		return nil, err
+	}
+	if _, err := d.lookupQP(r.QPN); err != nil {
+		return nil, err
+	}
+	a := &r.Attr
+	if r.AttrMask&abi.QPAttrPort != 0 && a.Port != portNum {
+		return nil, fail(abi.StatusInvalidArgument, "QP %d: port %d", r.QPN, a.Port)
+	}
+	if r.AttrMask&abi.QPAttrPKeyIndex != 0 && a.PKeyIndex != 0 {
+		return nil, fail(abi.StatusInvalidArgument, "QP %d: P_Key index %d (table of 1)", r.QPN, a.PKeyIndex)
+	}
+	if r.AttrMask&abi.QPAttrAV != 0 {
+		if err := d.checkAV(&a.AH); err != nil {
+			return nil, fmt.Errorf("QP %d: %w", r.QPN, err)
+		}
+	}
+	if err := d.eng.ModifyQP(r.QPN, r.AttrMask, a); err != nil {
+		return nil, fmt.Errorf("QP %d: %w", r.QPN, err)
+	}
+	return c.out, nil
+}
+
+// queryQP is QUERY_QP.
+func (d *Device) queryQP(c *cmd, payload []byte) ([]byte, error) {
+	var r abi.HandleReq
+	if err := decode(payload, &r); err != nil {
+		return nil, err
+	}
+	if _, err := d.lookupQP(r.Handle); err != nil {
+		return nil, err
+	}
+	resp, err := d.eng.QueryQP(r.Handle)
+	if err != nil {
+		return nil, fmt.Errorf("QP %d: %w", r.Handle, err)
+	}
+	return c.encode(&resp), nil
+}
+
+// destroyQP is DESTROY_QP.
+func (d *Device) destroyQP(c *cmd, payload []byte) ([]byte, error) {
+	var r abi.HandleReq
+	if err := decode(payload, &r); err != nil {
+		return nil, err
+	}
+	q, err := d.lookupQP(r.Handle)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.eng.DestroyQP(r.Handle); err != nil {
+		return nil, fmt.Errorf("QP %d: %w", r.Handle, err)
+	}
+	d.o.pd(q.pdn).users--
+	d.o.cq(q.sendCQN).users--
+	d.o.cq(q.recvCQN).users--
+	d.o.qps.remove(qpSlot(r.Handle))
+	return c.out, nil
+}

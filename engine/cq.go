@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"sync"
+
+	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// cq is one completion queue. The engine goroutine (send completions,
+// flushes) and responders on any goroutine (receive completions) write
+// CQEs into it concurrently, so every write happens under mu.
+type cq struct {
+	cqn     uint32
+	dbIndex uint32
+	entries uint32
+	addr    uint64
+
+	// refs counts the QPs bound to the CQ (guarded by Engine.mu): a bound
+	// CQ cannot be destroyed.
+	refs int
+
+	// ring and rec are (re)bound with Engine.gate held exclusively; the
+	// data path reads them under gate shared.
+	ring    guestmem.View
+	ringOK  bool // ring translated against the current memory table
+	rec     guestmem.View
+	recOK   bool // doorbell record bound (engine running, index in layout)
+	started bool // record zeroed once; later Starts keep its counters
+
+	mu     sync.Mutex
+	prod   uint32 // CQEs written; the authoritative copy of the record's prod
+	armAck uint32 // last arm sequence number that produced an event
+	broken bool   // overflowed or lost its ring: completions are dropped
+}
+
+// push writes one CQE. solicited says whether the completion asks for a
+// solicited event (a SEND with the SOLICITED flag); an error completion
+// always counts as solicited. On overflow the CQ goes into error and its
+// QPs to ERR; the completion is lost, as on hardware.
+func (e *Engine) push(c *cq, cqe *abi.CQE, solicited bool) {
+	notify, overflow := e.pushLocked(c, cqe, solicited)
+	if cqe.Status != abi.WCSuccess {
+		e.st.errorCQEs.Add(1)
+	}
+	if notify {
+		e.event(abi.EventCQComp, c.cqn, 0)
+	}
+	if overflow {
+		e.cqFailed(c, "overflow")
+	}
+}
+
+// pushLocked does the part of push that needs the CQ's lock. The unlock
+// is deferred so that a fault on guest memory (recovered further up)
+// cannot leave the CQ locked.
+func (e *Engine) pushLocked(c *cq, cqe *abi.CQE, solicited bool) (notify, overflow bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.broken || !c.ringOK || !c.recOK {
+		return false, false
+	}
+	// A driver that reports more consumed than produced has a bogus cons:
+	// prod-cons wraps to a huge number and counts as an overflow too.
+	cons := c.rec.LoadUint32Acquire(abi.CQDoorbellOffCons)
+	if c.prod-cons >= c.entries {
+		c.broken = true
+		return false, true
+	}
+	off := uint64(c.prod&(c.entries-1)) * abi.CQESize
+	cqe.Put(c.ring.Bytes()[off : off+abi.CQESize])
+	c.prod++
+	// The CQE is complete before prod says so: the driver loads prod with
+	// acquire and then reads the CQE.
+	c.rec.StoreUint32Release(abi.CQDoorbellOffProd, c.prod)
+	e.st.cqes.Add(1)
+
+	sn, flags := abi.SplitCQArmWord(c.rec.LoadUint32Acquire(abi.CQDoorbellOffArm))
+	if sn != c.armAck && (flags&abi.CQArmNextComp != 0 ||
+		flags&abi.CQArmSolicited != 0 && (solicited || cqe.Status != abi.WCSuccess)) {
+		c.armAck = sn
+		c.rec.StoreUint32Release(abi.CQDoorbellOffArmAck, sn)
+		notify = true
+	}
+	return notify, false
+}
+
+// cqFailed reports a CQ that can no longer take completions and moves
+// every QP bound to it to ERR: their completions would be lost, so the
+// guest must learn that they are broken.
+func (e *Engine) cqFailed(c *cq, why string) {
+	e.st.cqOverflows.Add(1)
+	e.log.Warn("CQ in error", "cqn", c.cqn, "reason", why)
+	e.event(abi.EventCQErr, c.cqn, 0)
+	for _, q := range *e.live.Load() {
+		if q.scq == c || q.rcq == c {
+			e.qpFailed(q, abi.WCFatalErr)
+		}
+	}
+}
+
+// createCQ implements CreateCQ. Caller holds nothing.
+func (e *Engine) createCQ(s CQSpec) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s.CQN < 1 || uint64(s.CQN) > uint64(len(e.cqs)) {
+		return statusErr(abi.StatusInvalidArgument, "cqn %d outside 1..%d", s.CQN, len(e.cqs))
+	}
+	if e.lookupCQ(s.CQN) != nil {
+		return statusErr(abi.StatusBusy, "cq %d exists", s.CQN)
+	}
+	if !isPow2(s.Entries) || s.Entries > e.limits.MaxCQE {
+		return statusErr(abi.StatusInvalidArgument, "cq %d: %d entries, want a power of two up to %d", s.CQN, s.Entries, e.limits.MaxCQE)
+	}
+	if err := e.checkDoorbell(s.Doorbell); err != nil {
+		return err
+	}
+	ring, err := e.checkRing("cq ring", s.RingAddr, s.Entries, abi.CQESize)
+	if err != nil {
+		return err
+	}
+	c := &cq{cqn: s.CQN, dbIndex: s.Doorbell, entries: s.Entries, addr: s.RingAddr, ring: ring, ringOK: true}
+	if e.running {
+		// The engine is running, but it only reaches this CQ through a QP
+		// created later, after this CQ is published: no gate needed.
+		e.bindCQRecord(c)
+	}
+	e.dbUsed[s.Doorbell] = true
+	e.cqs[s.CQN-1].Store(c)
+	return nil
+}
+
+// bindCQRecord binds a CQ to its doorbell record in the running layout,
+// zeroing the record the first time and otherwise rewriting the
+// device-owned fields from the engine's copy (after a restart the region
+// may be a fresh mapping of the same file, or the guest may have
+// scribbled on it). Caller holds gate exclusively or owns an unpublished
+// c.
+func (e *Engine) bindCQRecord(c *cq) {
+	rec, ok := e.record(c.dbIndex)
+	c.rec, c.recOK = rec, ok
+	if !ok {
+		c.broken = true
+		return
+	}
+	if !c.started {
+		zeroRecord(rec)
+		c.started = true
+		return
+	}
+	rec.StoreUint32Release(abi.CQDoorbellOffProd, c.prod)
+	rec.StoreUint32Release(abi.CQDoorbellOffArmAck, c.armAck)
+}
+
+// resizeCQ implements ResizeCQ: under gate (exclusive) it copies the
+// unconsumed CQEs to the same indices of the new ring.
+func (e *Engine) resizeCQ(cqn, entries uint32, ringAddr uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.lookupCQ(cqn)
+	if c == nil {
+		return statusErr(abi.StatusNotFound, "cq %d", cqn)
+	}
+	if !isPow2(entries) || entries > e.limits.MaxCQE {
+		return statusErr(abi.StatusInvalidArgument, "cq %d: %d entries, want a power of two up to %d", cqn, entries, e.limits.MaxCQE)
+	}
+	if !e.running {
+		// The unconsumed CQEs are in guest memory, which is only touched
+		// while running.
+		return statusErr(abi.StatusBadState, "cq %d: resize while the device is stopped", cqn)
+	}
+	ring, err := e.checkRing("cq ring", ringAddr, entries, abi.CQESize)
+	if err != nil {
+		return err
+	}
+	e.gate.Lock()
+	defer e.gate.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.recOK || !c.ringOK {
+		return statusErr(abi.StatusBadState, "cq %d has no usable ring or doorbell", cqn)
+	}
+	cons := c.rec.LoadUint32Acquire(abi.CQDoorbellOffCons)
+	used := c.prod - cons
+	if used > c.entries || used > entries {
+		return statusErr(abi.StatusInvalidArgument, "cq %d: %d unconsumed CQEs do not fit %d entries", cqn, used, entries)
+	}
+	old := c.ring.Bytes()
+	nw := ring.Bytes()
+	for i := cons; i != c.prod; i++ {
+		so := uint64(i&(c.entries-1)) * abi.CQESize
+		do := uint64(i&(entries-1)) * abi.CQESize
+		copy(nw[do:do+abi.CQESize], old[so:so+abi.CQESize])
+	}
+	c.ring, c.entries, c.addr = ring, entries, ringAddr
+	return nil
+}
+
+// destroyCQ implements DestroyCQ.
+func (e *Engine) destroyCQ(cqn uint32) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.lookupCQ(cqn)
+	if c == nil {
+		return statusErr(abi.StatusNotFound, "cq %d", cqn)
+	}
+	if c.refs > 0 {
+		return statusErr(abi.StatusBusy, "cq %d is bound to %d QPs", cqn, c.refs)
+	}
+	// No QP refers to c, so the data path cannot reach it; the gate only
+	// orders the removal after passes that might still hold it.
+	e.gate.Lock()
+	e.cqs[cqn-1].Store(nil)
+	delete(e.dbUsed, c.dbIndex)
+	e.gate.Unlock()
+	return nil
+}

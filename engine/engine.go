@@ -1,0 +1,172 @@
+package engine
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// Engine is one device's data path.
+//
+// Locking. mu serialises the control path (every exported method except
+// Respond, Wake and Stats). gate separates the data path from control
+// changes that take something away from it (guest memory, the doorbell
+// region, a QP or CQ, a ring): the engine goroutine holds gate shared for
+// one pass over its QPs, a responder tries it shared for one request (and
+// answers fabric.OutcomeRetry rather than wait, because a responder runs
+// on another device's goroutine and must never block on us), and the
+// control path takes it exclusively for those changes. Creating objects
+// and most QP modifications do not need it: objects are published through
+// atomic pointers and QP attributes are immutable snapshots, so the data
+// path of other QPs never stalls on setup work. Lock order: mu, gate,
+// qp.rmu, cq.mu. No lock is ever held across fabric.Post, so a request
+// looping back into this very engine cannot deadlock.
+type Engine struct {
+	cfg    Config
+	log    *slog.Logger
+	limits abi.Limits
+
+	mu   sync.Mutex
+	gate sync.RWMutex
+
+	// Object tables, indexed by qpn-2 and cqn-1. Writers hold mu; the data
+	// path loads without locks.
+	qps  []atomic.Pointer[qp]
+	cqs  []atomic.Pointer[cq]
+	live atomic.Pointer[[]*qp] // every QP, for the engine's scan (copy-on-write under mu)
+	// dbUsed maps doorbell record indices to their owner (guarded by mu),
+	// so two objects never share a record.
+	dbUsed map[uint32]bool
+
+	// Run state: written under mu and gate (exclusive); read by the data
+	// path under gate (shared).
+	mem     *guestmem.Table
+	running bool
+	db      guestmem.View // the whole doorbell region
+	page    guestmem.View // its device page
+	layout  abi.DoorbellLayout
+
+	stopCh chan struct{}
+	done   chan struct{}
+	wakeCh chan struct{}
+
+	sleeping atomic.Bool // the engine goroutine is (about to be) asleep
+	broken   atomic.Bool // guest memory faulted: stop touching it until Start/SetMemory/Reset
+	epoch    time.Time
+
+	st stats
+}
+
+// stats are the engine's counters, updated with atomics by the engine
+// goroutine and by responders.
+type stats struct {
+	wqes, cqes, errorCQEs    atomic.Uint64
+	bytesSent, bytesReceived atomic.Uint64
+	wakeups, sleeps          atomic.Uint64
+	retries, rnrNaks         atomic.Uint64
+	badWQEs, cqOverflows     atomic.Uint64
+}
+
+func newEngine(cfg Config) *Engine {
+	lim := cfg.Limits.WithDefaults()
+	if lim.MaxQP > abi.CeilingLimits.MaxQP {
+		lim.MaxQP = abi.CeilingLimits.MaxQP
+	}
+	if lim.MaxCQ > abi.CeilingLimits.MaxCQ {
+		lim.MaxCQ = abi.CeilingLimits.MaxCQ
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	e := &Engine{
+		cfg:    cfg,
+		log:    log.With("engine", cfg.Name),
+		limits: lim,
+		qps:    make([]atomic.Pointer[qp], lim.MaxQP),
+		cqs:    make([]atomic.Pointer[cq], lim.MaxCQ),
+		dbUsed: map[uint32]bool{},
+		wakeCh: make(chan struct{}, 1),
+		epoch:  time.Now(),
+	}
+	empty := []*qp{}
+	e.live.Store(&empty)
+	return e
+}
+
+// now is the engine's monotonic clock in nanoseconds.
+func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) }
+
+// kick wakes the engine goroutine if it sleeps (or is about to). Cheap
+// when it is awake: one atomic load.
+func (e *Engine) kick() {
+	if e.sleeping.Load() {
+		select {
+		case e.wakeCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// event hands an asynchronous event to the device.
+func (e *Engine) event(t abi.EventType, handle, info uint32) {
+	if e.cfg.Events != nil {
+		e.cfg.Events(abi.Event{Type: t, Handle: handle, Info: info})
+	}
+}
+
+// lookupQP returns the live QP numbered qpn, or nil. qpn may be hostile.
+func (e *Engine) lookupQP(qpn uint32) *qp {
+	i := uint64(qpn) - 2
+	if qpn < 2 || i >= uint64(len(e.qps)) {
+		return nil
+	}
+	return e.qps[i].Load()
+}
+
+// lookupCQ returns the live CQ numbered cqn, or nil.
+func (e *Engine) lookupCQ(cqn uint32) *cq {
+	i := uint64(cqn) - 1
+	if cqn < 1 || i >= uint64(len(e.cqs)) {
+		return nil
+	}
+	return e.cqs[i].Load()
+}
+
+// publishLive rebuilds the scan list from the QP table. Caller holds mu.
+func (e *Engine) publishLive() {
+	l := make([]*qp, 0, len(*e.live.Load())+1)
+	for i := range e.qps {
+		if q := e.qps[i].Load(); q != nil {
+			l = append(l, q)
+		}
+	}
+	e.live.Store(&l)
+}
+
+// forEachCQ calls fn for every CQ. Caller holds mu.
+func (e *Engine) forEachCQ(fn func(*cq)) {
+	for i := range e.cqs {
+		if c := e.cqs[i].Load(); c != nil {
+			fn(c)
+		}
+	}
+}
+
+func (e *Engine) stats() Stats {
+	s := &e.st
+	return Stats{
+		WQEs: s.wqes.Load(), CQEs: s.cqes.Load(), ErrorCQEs: s.errorCQEs.Load(),
+		BytesSent: s.bytesSent.Load(), BytesReceived: s.bytesReceived.Load(),
+		Wakeups: s.wakeups.Load(), Sleeps: s.sleeps.Load(),
+		Retries: s.retries.Load(), RNRNaks: s.rnrNaks.Load(),
+		BadWQEs: s.badWQEs.Load(), CQOverflows: s.cqOverflows.Load(),
+	}
+}
+
+var _ fabric.Completer = (*qp)(nil)

@@ -1,0 +1,34 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// statusErr returns an error that reads as "engine: <detail>" and wraps st,
+// so that abi.StatusFor gives the status the control path answers with.
+func statusErr(st abi.Status, format string, args ...any) error {
+	return fmt.Errorf("engine: %s: %w", fmt.Sprintf(format, args...), st)
+}
+
+// wrapStatus wraps a lower-level error (an abi decoding or state-machine
+// error) together with the status it maps to, keeping both in the chain.
+func wrapStatus(err error, format string, args ...any) error {
+	return fmt.Errorf("engine: %s: %w: %w", fmt.Sprintf(format, args...), err, abi.StatusFor(err))
+}
+
+// isMemoryFault reports whether a recovered panic value is a memory fault
+// turned into a panic by debug.SetPanicOnFault (guest memory whose file
+// was truncated under us): such panics carry the faulting address. Other
+// panics are bugs and are re-raised.
+func isMemoryFault(r any) bool {
+	re, ok := r.(runtime.Error)
+	if !ok {
+		return false
+	}
+	var addr interface{ Addr() uintptr }
+	return errors.As(re, &addr)
+}

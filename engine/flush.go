@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"encoding/binary"
+
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// flushQP completes the outstanding WQEs of a QP in ERR with WR_FLUSH_ERR,
+// up to flushBudget per queue per pass: the head WQE the requester still
+// held, then every send and receive WQE the driver has posted (and goes on
+// posting). A producer index more than a ring ahead is not flushed: those
+// slots were never valid WQEs. Engine goroutine, gate shared.
+func (e *Engine) flushQP(q *qp) (work bool) {
+	if q.inflight.Load() {
+		if q.outcome.Load() == 0 {
+			return false // wait for the fabric; Complete kicks the engine
+		}
+		q.inflight.Store(false) // the outcome no longer matters
+	}
+	for range flushBudget {
+		var cqe abi.CQE
+		if q.head {
+			cqe = abi.CQE{WRID: q.wqe.WRID, Opcode: abi.WCSend}
+			if q.wqe.Opcode.Valid() {
+				cqe.Opcode = abi.WCOpcodeFor(q.wqe.Opcode)
+			}
+		} else {
+			prod := q.rec.LoadUint32Acquire(abi.QPDoorbellOffSQProd)
+			if prod == q.sqCons || prod-q.sqCons > q.sqSize {
+				break
+			}
+			// Only wr_id and opcode matter; read them from a copy.
+			var hdr [9]byte
+			off := uint64(q.sqCons&(q.sqSize-1)) * uint64(q.sqStride)
+			copy(hdr[:], q.sq.Bytes()[off:])
+			cqe = abi.CQE{WRID: binary.LittleEndian.Uint64(hdr[:]), Opcode: abi.WCSend}
+			if op := abi.WROpcode(hdr[8]); op.Valid() {
+				cqe.Opcode = abi.WCOpcodeFor(op)
+			}
+		}
+		cqe.Status, cqe.QPN = abi.WCWRFlushErr, q.qpn
+		e.push(q.scq, &cqe, false)
+		q.head, q.waitUntil = false, 0
+		q.sqCons++
+		q.rec.StoreUint32Release(abi.QPDoorbellOffSQCons, q.sqCons)
+		work = true
+	}
+	if e.flushRQ(q) {
+		work = true
+	}
+	return work
+}
+
+// flushRQ flushes posted receive WQEs. Responders consume the RQ too, so
+// this holds rmu (unlocked by defer in case guest memory faults).
+func (e *Engine) flushRQ(q *qp) (work bool) {
+	q.rmu.Lock()
+	defer q.rmu.Unlock()
+	for range flushBudget {
+		prod := q.rec.LoadUint32Acquire(abi.QPDoorbellOffRQProd)
+		if prod == q.rqCons || prod-q.rqCons > q.rqSize {
+			break
+		}
+		var hdr [8]byte
+		off := uint64(q.rqCons&(q.rqSize-1)) * uint64(q.rqStride)
+		copy(hdr[:], q.rq.Bytes()[off:])
+		cqe := abi.CQE{WRID: binary.LittleEndian.Uint64(hdr[:]), Status: abi.WCWRFlushErr, Opcode: abi.WCRecv, QPN: q.qpn}
+		e.push(q.rcq, &cqe, false)
+		q.rqCons++
+		q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
+		work = true
+	}
+	return work
+}

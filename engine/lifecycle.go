@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// start implements Start.
+func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.DoorbellLayout) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.running {
+		return statusErr(abi.StatusBadState, "already started")
+	}
+	if mem == nil {
+		return statusErr(abi.StatusBadAddress, "no guest memory")
+	}
+	if err := layout.Validate(); err != nil {
+		return wrapStatus(err, "doorbell layout")
+	}
+	if doorbells.Len() < layout.Size() {
+		return statusErr(abi.StatusBadAddress, "doorbell region of %d bytes, layout needs %d", doorbells.Len(), layout.Size())
+	}
+	if !doorbells.Aligned(0, 64) {
+		// Records are accessed with 32- and 64-bit atomics.
+		return statusErr(abi.StatusBadAddress, "doorbell region is not 64-byte aligned")
+	}
+	page, err := doorbells.Sub(0, uint64(layout.RecordsOffset))
+	if err != nil {
+		return statusErr(abi.StatusBadAddress, "device page: %v", err)
+	}
+	e.gate.Lock()
+	e.db, e.page, e.layout = doorbells, page, layout
+	e.broken.Store(false)
+	e.rebindMemory(mem)
+	e.forEachCQ(e.bindCQRecord)
+	for _, q := range *e.live.Load() {
+		e.bindQPRecord(q)
+	}
+	// A busy engine needs no kick; the flag is set again before sleeping.
+	page.StoreUint32Release(abi.DevPageOffEngineFlags, 0)
+	e.running = true
+	e.stopCh = make(chan struct{})
+	e.done = make(chan struct{})
+	e.gate.Unlock()
+	go e.run(e.stopCh, e.done)
+	return nil
+}
+
+// stop implements Stop.
+func (e *Engine) stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.running {
+		return
+	}
+	close(e.stopCh)
+	<-e.done
+	e.sleeping.Store(false) // it may have left from its sleep
+	for _, q := range *e.live.Load() {
+		e.waitIdle(q)
+	}
+	// Exclusive gate: every responder still inside has left, and later
+	// ones see !running and answer OutcomeRetry.
+	e.gate.Lock()
+	e.running = false
+	e.db, e.page = guestmem.View{}, guestmem.View{}
+	e.forEachCQ(func(c *cq) { c.rec, c.recOK = guestmem.View{}, false })
+	for _, q := range *e.live.Load() {
+		q.rec, q.recOK = guestmem.View{}, false
+	}
+	e.gate.Unlock()
+}
+
+// setMemory implements SetMemory.
+func (e *Engine) setMemory(mem *guestmem.Table) error {
+	if mem == nil {
+		return statusErr(abi.StatusBadAddress, "no guest memory")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, q := range *e.live.Load() {
+		e.waitIdle(q)
+	}
+	e.gate.Lock()
+	defer e.gate.Unlock()
+	e.broken.Store(false)
+	e.rebindMemory(mem)
+	e.kick()
+	return nil
+}
+
+// rebindMemory moves the rings and the MTT onto mem. A ring that is no
+// longer inside guest RAM puts its CQ into error, or its QP into ERR.
+// Caller holds mu and gate exclusively, so no view from the old table is
+// in use and none survives.
+func (e *Engine) rebindMemory(mem *guestmem.Table) {
+	e.mem = mem
+	if e.cfg.MTT != nil {
+		if n := e.cfg.MTT.Rebind(mem); n > 0 {
+			e.log.Warn("memory regions lost their guest memory", "count", n)
+		}
+	}
+	e.forEachCQ(func(c *cq) {
+		v, err := e.translateRing("cq ring", c.addr, uint64(c.entries)*abi.CQESize)
+		c.ring, c.ringOK = v, err == nil
+		if err != nil && !c.broken {
+			c.broken = true
+			e.cqFailed(c, err.Error())
+		}
+	})
+	for _, q := range *e.live.Load() {
+		sq, err1 := e.translateRing("send queue", q.sqAddr, uint64(q.sqSize)*uint64(q.sqStride))
+		rq, err2 := e.translateRing("receive queue", q.rqAddr, uint64(q.rqSize)*uint64(q.rqStride))
+		q.sq, q.rq, q.ringsOK = sq, rq, err1 == nil && err2 == nil
+		if !q.ringsOK {
+			e.log.Warn("qp rings left guest memory", "qpn", q.qpn)
+			e.qpFailed(q, abi.WCFatalErr)
+		}
+	}
+}
+
+// reset implements Reset.
+func (e *Engine) reset() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, q := range *e.live.Load() {
+		e.waitIdle(q)
+	}
+	e.gate.Lock()
+	old := *e.live.Load()
+	for i := range e.qps {
+		e.qps[i].Store(nil)
+	}
+	for i := range e.cqs {
+		e.cqs[i].Store(nil)
+	}
+	e.publishLive()
+	clear(e.dbUsed)
+	e.broken.Store(false)
+	e.gate.Unlock()
+	for _, q := range old {
+		if err := q.scratch.Unmap(); err != nil {
+			e.log.Warn("unmap qp scratch", "qpn", q.qpn, "err", err)
+		}
+	}
+}
+
+// wake implements Wake.
+func (e *Engine) wake() {
+	select {
+	case e.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// sleepBriefly is the back-off of control-path waits for asynchronous
+// completions.
+func sleepBriefly() { time.Sleep(50 * time.Microsecond) }

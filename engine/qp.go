@@ -1,0 +1,388 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// qp is one RC queue pair. Its fields fall into groups by who may touch
+// them; see each group.
+type qp struct {
+	e *Engine
+
+	// Immutable after creation.
+	qpn, pdn           uint32
+	sigAll             bool
+	scq, rcq           *cq
+	dbIndex            uint32
+	sqSize, rqSize     uint32
+	maxSendSGE         uint32
+	maxRecvSGE         uint32
+	maxInline          uint32
+	sqAddr, rqAddr     uint64
+	sqStride, rqStride uint32
+	scratch            *guestmem.Mapping // host memory for the WQE copy (and inline payload)
+	wqeBuf             guestmem.View     // scratch, sqStride bytes
+
+	// Rings and doorbell record: rebound with Engine.gate exclusive, read
+	// by the data path under gate shared.
+	sq, rq  guestmem.View
+	ringsOK bool
+	rec     guestmem.View
+	recOK   bool
+	started bool // record zeroed once
+
+	// state is the QP state. The control path changes it with
+	// compare-and-swap (so it never overrides a concurrent move to ERR by
+	// the data path); the data path only ever moves it to ERR.
+	state atomic.Uint32
+	// attr is an immutable snapshot, replaced whole by ModifyQP, so the
+	// data path reads a consistent set without a lock.
+	attr      atomic.Pointer[abi.QPAttr]
+	sqdNotify atomic.Bool // emit SQ_DRAINED once the SQ is drained in SQD
+
+	// Requester state: the engine goroutine only (and the control path
+	// with gate exclusive).
+	req       fabric.Request
+	wqe       abi.SendWQE // decoded head WQE
+	sqCons    uint32
+	head      bool  // the WQE at sqCons is copied into wqeBuf
+	retries   uint8 // transport retries left for the head WQE
+	rnrs      uint8 // RNR retries left (7: infinite)
+	waitUntil int64 // engine clock; 0 = not waiting
+	views     []guestmem.View
+	inflight  atomic.Bool   // posted, not yet completed (asynchronous fabrics)
+	outcome   atomic.Uint32 // fabric.Outcome+1 once completed, 0 before
+
+	// Responder state, guarded by rmu: responders for this QP may run on
+	// several goroutines, and the engine goroutine flushes the RQ.
+	rmu    sync.Mutex
+	rqCons uint32
+	rbuf   []byte          // copy of the receive WQE being consumed
+	rviews []guestmem.View // receive buffers
+	tviews []guestmem.View // responder-side MR views
+}
+
+// Complete implements fabric.Completer. It may run on any goroutine,
+// before or after Post returns; the engine goroutine picks the outcome up.
+func (q *qp) Complete(_ *fabric.Request, o fabric.Outcome) {
+	q.outcome.Store(uint32(o) + 1)
+	q.e.kick()
+}
+
+func (q *qp) getState() abi.QPState { return abi.QPState(q.state.Load()) }
+
+// qpFailed moves q to ERR because of a data-path error with work
+// completion status st and tells the driver with the matching
+// asynchronous event: the peer rejected a request (REQ_ERR), a remote
+// access error (ACCESS_ERR), or anything else the device detected
+// (QP_FATAL). A QP already in ERR (or RESET) is left alone. Lock-free: it
+// may run on any goroutine.
+func (e *Engine) qpFailed(q *qp, st abi.WCStatus) {
+	for {
+		cur := q.state.Load()
+		if abi.QPState(cur) == abi.QPStateErr || abi.QPState(cur) == abi.QPStateReset {
+			return
+		}
+		if q.state.CompareAndSwap(cur, uint32(abi.QPStateErr)) {
+			break
+		}
+	}
+	t := abi.EventQPFatal
+	switch st {
+	case abi.WCRemInvReqErr:
+		t = abi.EventQPReqErr
+	case abi.WCRemAccessErr:
+		t = abi.EventQPAccessErr
+	}
+	e.event(t, q.qpn, uint32(st))
+	e.kick() // the engine flushes the QP's queues
+}
+
+// createQP implements CreateQP.
+func (e *Engine) createQP(s QPSpec) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l := &e.limits
+	switch {
+	case s.QPN < 2 || uint64(s.QPN)-2 >= uint64(len(e.qps)):
+		return statusErr(abi.StatusInvalidArgument, "qpn %d outside 2..%d", s.QPN, len(e.qps)+1)
+	case e.lookupQP(s.QPN) != nil:
+		return statusErr(abi.StatusBusy, "qp %d exists", s.QPN)
+	case s.Type == abi.QPTypeUD:
+		return statusErr(abi.StatusNotSupported, "qp %d: UD QPs are not implemented", s.QPN)
+	case s.Type != abi.QPTypeRC:
+		return statusErr(abi.StatusInvalidArgument, "qp %d: type %v", s.QPN, s.Type)
+	case s.PDN == 0:
+		return statusErr(abi.StatusInvalidArgument, "qp %d: pd 0", s.QPN)
+	case !isPow2(s.SQSize) || s.SQSize > l.MaxQPWR || !isPow2(s.RQSize) || s.RQSize > l.MaxQPWR:
+		return statusErr(abi.StatusInvalidArgument, "qp %d: sq %d / rq %d entries, want powers of two up to %d", s.QPN, s.SQSize, s.RQSize, l.MaxQPWR)
+	case s.MaxSendSGE > l.MaxSGE || s.MaxRecvSGE > l.MaxSGE:
+		return statusErr(abi.StatusInvalidArgument, "qp %d: %d/%d SGEs, at most %d", s.QPN, s.MaxSendSGE, s.MaxRecvSGE, l.MaxSGE)
+	case s.MaxInlineData > l.MaxInlineData:
+		return statusErr(abi.StatusInvalidArgument, "qp %d: %d inline bytes, at most %d", s.QPN, s.MaxInlineData, l.MaxInlineData)
+	}
+	scq, rcq := e.lookupCQ(s.SendCQN), e.lookupCQ(s.RecvCQN)
+	if scq == nil || rcq == nil {
+		return statusErr(abi.StatusNotFound, "qp %d: cq %d or %d", s.QPN, s.SendCQN, s.RecvCQN)
+	}
+	if err := e.checkDoorbell(s.Doorbell); err != nil {
+		return err
+	}
+	sqStride := abi.SendWQEStride(s.MaxSendSGE, s.MaxInlineData)
+	rqStride := abi.RecvWQEStride(s.MaxRecvSGE)
+	sq, err := e.checkRing("send queue", s.SQAddr, s.SQSize, sqStride)
+	if err != nil {
+		return err
+	}
+	rq, err := e.checkRing("receive queue", s.RQAddr, s.RQSize, rqStride)
+	if err != nil {
+		return err
+	}
+	// The WQE is copied into engine-owned host memory before it is
+	// decoded; an anonymous mapping (not the Go heap) so that an inline
+	// payload can travel as a guestmem.View like any other buffer.
+	scratch, err := guestmem.MapAnonymous(uint64(sqStride))
+	if err != nil {
+		return statusErr(abi.StatusNoResources, "qp %d: %v", s.QPN, err)
+	}
+	q := &qp{
+		e: e, qpn: s.QPN, pdn: s.PDN, sigAll: s.SigAll, scq: scq, rcq: rcq, dbIndex: s.Doorbell,
+		sqSize: s.SQSize, rqSize: s.RQSize, maxSendSGE: s.MaxSendSGE, maxRecvSGE: s.MaxRecvSGE,
+		maxInline: s.MaxInlineData, sqAddr: s.SQAddr, rqAddr: s.RQAddr, sqStride: sqStride, rqStride: rqStride,
+		scratch: scratch, wqeBuf: scratch.View(), sq: sq, rq: rq, ringsOK: true,
+		views:  make([]guestmem.View, 0, s.MaxSendSGE+4),
+		rbuf:   make([]byte, rqStride),
+		rviews: make([]guestmem.View, 0, s.MaxRecvSGE+4),
+		tviews: make([]guestmem.View, 0, 4),
+	}
+	q.attr.Store(&abi.QPAttr{})
+	if e.running {
+		e.bindQPRecord(q)
+	}
+	scq.refs++
+	rcq.refs++
+	e.dbUsed[s.Doorbell] = true
+	e.qps[s.QPN-2].Store(q)
+	e.publishLive()
+	return nil
+}
+
+// bindQPRecord binds q to its doorbell record: zeroed the first time,
+// afterwards the device-owned consumer indices are rewritten from the
+// engine's copy. Caller holds gate exclusively or owns an unpublished q.
+func (e *Engine) bindQPRecord(q *qp) {
+	rec, ok := e.record(q.dbIndex)
+	q.rec, q.recOK = rec, ok
+	if !ok {
+		e.qpFailed(q, abi.WCFatalErr)
+		return
+	}
+	if !q.started {
+		zeroRecord(rec)
+		q.started = true
+		return
+	}
+	rec.StoreUint32Release(abi.QPDoorbellOffSQCons, q.sqCons)
+	rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
+}
+
+// checkAttrValues checks the values of the attributes mask selects; the
+// shape of the request is abi.CheckModify's job.
+func (e *Engine) checkAttrValues(mask abi.QPAttrMask, a *abi.QPAttr) error {
+	bad := func(format string, args ...any) error { return statusErr(abi.StatusInvalidArgument, format, args...) }
+	if mask&abi.QPAttrPathMTU != 0 && !a.PathMTU.Valid() {
+		return bad("path_mtu %d", a.PathMTU)
+	}
+	if mask&abi.QPAttrPort != 0 && a.Port != 1 {
+		return bad("port %d (the device has port 1 only)", a.Port)
+	}
+	if mask&abi.QPAttrAccessFlags != 0 && a.AccessFlags&^abi.AccessAll != 0 {
+		return bad("qp_access_flags %#x", uint32(a.AccessFlags))
+	}
+	if mask&abi.QPAttrRetryCnt != 0 && a.RetryCnt > 7 {
+		return bad("retry_cnt %d", a.RetryCnt)
+	}
+	if mask&abi.QPAttrRNRRetry != 0 && a.RNRRetry > 7 {
+		return bad("rnr_retry %d", a.RNRRetry)
+	}
+	if mask&abi.QPAttrMaxQPRdAtomic != 0 && uint32(a.MaxRdAtomic) > e.limits.MaxQPRdAtom {
+		return bad("max_rd_atomic %d, at most %d", a.MaxRdAtomic, e.limits.MaxQPRdAtom)
+	}
+	if mask&abi.QPAttrMaxDestRdAtomic != 0 && uint32(a.MaxDestRdAtomic) > e.limits.MaxQPRdAtom {
+		return bad("max_dest_rd_atomic %d, at most %d", a.MaxDestRdAtomic, e.limits.MaxQPRdAtom)
+	}
+	if mask&abi.QPAttrDestQPN != 0 && a.DestQPN >= 1<<24 {
+		return bad("dest_qp_num %#x is not 24 bits", a.DestQPN)
+	}
+	if mask&abi.QPAttrRQPSN != 0 && a.RQPSN >= 1<<24 {
+		return bad("rq_psn %#x is not 24 bits", a.RQPSN)
+	}
+	if mask&abi.QPAttrSQPSN != 0 && a.SQPSN >= 1<<24 {
+		return bad("sq_psn %#x is not 24 bits", a.SQPSN)
+	}
+	if mask&abi.QPAttrTimeout != 0 && a.Timeout > 31 {
+		return bad("timeout %d", a.Timeout)
+	}
+	if mask&abi.QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
+		return bad("min_rnr_timer %d", a.MinRNRTimer)
+	}
+	if mask&abi.QPAttrAV != 0 {
+		if a.AH.Port > 1 {
+			return bad("ah port %d", a.AH.Port)
+		}
+		if uint32(a.AH.SGIDIndex) >= e.limits.MaxGID {
+			return bad("ah sgid_index %d, at most %d", a.AH.SGIDIndex, e.limits.MaxGID-1)
+		}
+	}
+	return nil
+}
+
+// applyAttrs copies the attributes mask selects from a into dst.
+func applyAttrs(dst *abi.QPAttr, mask abi.QPAttrMask, a *abi.QPAttr) {
+	set := func(bit abi.QPAttrMask, f func()) {
+		if mask&bit != 0 {
+			f()
+		}
+	}
+	set(abi.QPAttrAccessFlags, func() { dst.AccessFlags = a.AccessFlags })
+	set(abi.QPAttrPKeyIndex, func() { dst.PKeyIndex = a.PKeyIndex })
+	set(abi.QPAttrPort, func() { dst.Port = a.Port })
+	set(abi.QPAttrQKey, func() { dst.QKey = a.QKey })
+	set(abi.QPAttrAV, func() { dst.AH = a.AH })
+	set(abi.QPAttrPathMTU, func() { dst.PathMTU = a.PathMTU })
+	set(abi.QPAttrTimeout, func() { dst.Timeout = a.Timeout })
+	set(abi.QPAttrRetryCnt, func() { dst.RetryCnt = a.RetryCnt })
+	set(abi.QPAttrRNRRetry, func() { dst.RNRRetry = a.RNRRetry })
+	set(abi.QPAttrRQPSN, func() { dst.RQPSN = a.RQPSN })
+	set(abi.QPAttrMaxQPRdAtomic, func() { dst.MaxRdAtomic = a.MaxRdAtomic })
+	set(abi.QPAttrMinRNRTimer, func() { dst.MinRNRTimer = a.MinRNRTimer })
+	set(abi.QPAttrSQPSN, func() { dst.SQPSN = a.SQPSN })
+	set(abi.QPAttrMaxDestRdAtomic, func() { dst.MaxDestRdAtomic = a.MaxDestRdAtomic })
+	set(abi.QPAttrDestQPN, func() { dst.DestQPN = a.DestQPN })
+}
+
+// modifyQP implements ModifyQP.
+func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error {
+	if a == nil {
+		return statusErr(abi.StatusInvalidArgument, "qp %d: no attributes", qpn)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q := e.lookupQP(qpn)
+	if q == nil {
+		return statusErr(abi.StatusNotFound, "qp %d", qpn)
+	}
+	cur := q.getState()
+	next, err := abi.CheckModify(abi.QPTypeRC, cur, mask, a)
+	if err != nil {
+		return wrapStatus(err, "qp %d", qpn)
+	}
+	if err := e.checkAttrValues(mask, a); err != nil {
+		return err
+	}
+	if next == abi.QPStateReset {
+		e.resetQP(q)
+		return nil
+	}
+	if next != abi.QPStateErr && !q.ringsOK {
+		return statusErr(abi.StatusBadAddress, "qp %d: its rings are no longer in guest memory", qpn)
+	}
+	na := *q.attr.Load()
+	applyAttrs(&na, mask, a)
+	na.State, na.CurState = 0, 0
+	q.attr.Store(&na)
+	if next == abi.QPStateSQD && mask&abi.QPAttrEnSQDAsyncNotif != 0 && cur != abi.QPStateSQD {
+		q.sqdNotify.Store(true)
+	}
+	if !q.state.CompareAndSwap(uint32(cur), uint32(next)) {
+		// Only the data path changes the state behind mu's back, and only
+		// to ERR.
+		return statusErr(abi.StatusBadState, "qp %d: moved to %v meanwhile", qpn, q.getState())
+	}
+	e.kick()
+	return nil
+}
+
+// resetQP returns q to RESET: queues emptied without completions, every
+// counter and its doorbell record back to 0 (the driver restarts its
+// producer counters at 0 as well), attributes cleared. It takes the gate
+// exclusively because it rewrites requester and responder state.
+func (e *Engine) resetQP(q *qp) {
+	e.waitIdle(q)
+	e.gate.Lock()
+	defer e.gate.Unlock()
+	q.rmu.Lock()
+	q.state.Store(uint32(abi.QPStateReset))
+	q.attr.Store(&abi.QPAttr{})
+	q.sqCons, q.rqCons, q.head, q.waitUntil = 0, 0, false, 0
+	q.sqdNotify.Store(false)
+	q.rmu.Unlock()
+	if e.running && q.recOK && !e.broken.Load() {
+		zeroRecord(q.rec)
+	} else {
+		q.started = false // zeroed when next bound
+	}
+}
+
+// waitIdle waits until q has no request in flight on an asynchronous
+// fabric (the fabric still holds views of its memory then). The local
+// fabric completes before Post returns, so this never waits for it.
+func (e *Engine) waitIdle(q *qp) {
+	for q.inflight.Load() && q.outcome.Load() == 0 {
+		e.kick()
+		sleepBriefly()
+	}
+}
+
+// queryQP implements QueryQP.
+func (e *Engine) queryQP(qpn uint32) (abi.QueryQPResp, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q := e.lookupQP(qpn)
+	if q == nil {
+		return abi.QueryQPResp{}, statusErr(abi.StatusNotFound, "qp %d", qpn)
+	}
+	a := *q.attr.Load()
+	a.State = q.getState()
+	a.CurState = a.State
+	if a.State == abi.QPStateSQD && q.inflight.Load() {
+		a.SQDraining = 1
+	}
+	var sigAll uint8
+	if q.sigAll {
+		sigAll = 1
+	}
+	return abi.QueryQPResp{Attr: a, Cap: abi.QPCap{
+		PDN: q.pdn, SendCQN: q.scq.cqn, RecvCQN: q.rcq.cqn, SQSize: q.sqSize, RQSize: q.rqSize,
+		MaxSendSGE: q.maxSendSGE, MaxRecvSGE: q.maxRecvSGE, MaxInlineData: q.maxInline,
+		Type: abi.QPTypeRC, SigAll: sigAll,
+	}}, nil
+}
+
+// destroyQP implements DestroyQP.
+func (e *Engine) destroyQP(qpn uint32) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q := e.lookupQP(qpn)
+	if q == nil {
+		return statusErr(abi.StatusNotFound, "qp %d", qpn)
+	}
+	e.waitIdle(q)
+	e.gate.Lock()
+	e.qps[qpn-2].Store(nil)
+	e.publishLive()
+	e.gate.Unlock()
+	// Past the gate no pass and no responder holds q any more.
+	q.scq.refs--
+	q.rcq.refs--
+	delete(e.dbUsed, q.dbIndex)
+	if err := q.scratch.Unmap(); err != nil {
+		e.log.Warn("unmap qp scratch", "qpn", qpn, "err", err)
+	}
+	return nil
+}

@@ -1,0 +1,259 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// The requester runs on the engine goroutine with the gate held shared.
+// One request per QP is in flight at a time (stop and wait): RC completes
+// in order anyway, the local fabric answers before Post returns, and an
+// RNR or retry then simply keeps the WQE at the head of the queue.
+
+// serveSQ starts, retries or finishes up to sqBudget send WQEs of q, which
+// is in RTS or SQD. It reports whether it did anything.
+func (e *Engine) serveSQ(q *qp) (work bool) {
+	for range sqBudget {
+		st := q.getState()
+		if st != abi.QPStateRTS && st != abi.QPStateSQD {
+			return work
+		}
+		if q.inflight.Load() {
+			o := q.outcome.Load()
+			if o == 0 {
+				return work // an asynchronous fabric still has it
+			}
+			q.inflight.Store(false)
+			e.finish(q, fabric.Outcome(o-1))
+			work = true
+			if q.waitUntil != 0 {
+				return work
+			}
+			continue
+		}
+		if !q.head {
+			if st == abi.QPStateSQD {
+				// Drained: no new WQEs start in SQD.
+				if q.sqdNotify.Swap(false) {
+					e.event(abi.EventSQDrained, q.qpn, 0)
+				}
+				return work
+			}
+			prod := q.rec.LoadUint32Acquire(abi.QPDoorbellOffSQProd)
+			if prod == q.sqCons {
+				return work
+			}
+			if prod-q.sqCons > q.sqSize {
+				e.badProducer(q, "sq_prod", prod, q.sqCons)
+				return true
+			}
+			if !e.fetchHead(q) {
+				work = true
+				continue
+			}
+		}
+		work = true
+		e.post(q)
+		if q.waitUntil != 0 || q.inflight.Load() {
+			return work
+		}
+	}
+	return work
+}
+
+// fetchHead copies the WQE at sq_cons out of guest memory and decodes the
+// copy, so the guest cannot change it between check and use. A malformed
+// WQE completes at once with LOC_QP_OP_ERR; fetchHead then returns false.
+func (e *Engine) fetchHead(q *qp) bool {
+	off := uint64(q.sqCons&(q.sqSize-1)) * uint64(q.sqStride)
+	copy(q.wqeBuf.Bytes(), q.sq.Bytes()[off:off+uint64(q.sqStride)])
+	e.st.wqes.Add(1)
+	w, err := abi.DecodeSendWQE(q.wqeBuf.Bytes(), q.maxSendSGE, q.maxInline)
+	q.wqe = w
+	q.head = true
+	a := q.attr.Load()
+	q.retries, q.rnrs = a.RetryCnt, a.RNRRetry
+	if err != nil {
+		e.st.badWQEs.Add(1)
+		e.log.Debug("bad send WQE", "qpn", q.qpn, "index", q.sqCons, "err", err)
+		e.retire(q, abi.WCLocQPOpErr, 0)
+		return false
+	}
+	return true
+}
+
+// post builds the head WQE's request and hands it to the fabric. The
+// views are translated again on every attempt: between an RNR and its
+// retry the guest may have deregistered the MR or the memory moved.
+func (e *Engine) post(q *qp) {
+	if st := e.buildRequest(q); st != abi.WCSuccess {
+		e.retire(q, st, 0)
+		return
+	}
+	q.outcome.Store(0)
+	q.inflight.Store(true)
+	if e.cfg.Fabric == nil {
+		q.Complete(&q.req, fabric.OutcomeUnreachable) // a device without a fabric reaches no one
+	} else {
+		e.cfg.Fabric.Post(&q.req, q)
+	}
+	if o := q.outcome.Load(); o != 0 {
+		q.inflight.Store(false)
+		e.finish(q, fabric.Outcome(o-1))
+	}
+}
+
+// wrOps maps send opcodes to fabric operations.
+var wrOps = [...]fabric.Op{
+	abi.WRRDMAWrite:        fabric.OpWrite,
+	abi.WRRDMAWriteWithImm: fabric.OpWriteImm,
+	abi.WRSend:             fabric.OpSend,
+	abi.WRSendWithImm:      fabric.OpSendImm,
+	abi.WRRDMARead:         fabric.OpRead,
+	abi.WRAtomicCmpSwap:    fabric.OpCmpSwap,
+	abi.WRAtomicFetchAdd:   fabric.OpFetchAdd,
+}
+
+// buildRequest fills q.req for the decoded head WQE, reusing its view
+// slice (no allocation in steady state).
+func (e *Engine) buildRequest(q *qp) abi.WCStatus {
+	w := &q.wqe
+	a := q.attr.Load()
+	r := &q.req
+	*r = fabric.Request{
+		Op:         wrOps[w.Opcode],
+		Src:        fabric.Addr{GID: e.cfg.GID, QPN: q.qpn},
+		Dst:        fabric.Addr{GID: a.AH.DGID, QPN: a.DestQPN},
+		RemoteAddr: w.RemoteAddr,
+		RKey:       w.RKey,
+		Imm:        w.Imm,
+		Solicited:  w.Flags&abi.SendSolicited != 0,
+		Token:      uint64(q.sqCons),
+		Local:      q.views[:0],
+	}
+	switch w.Opcode {
+	case abi.WRAtomicCmpSwap:
+		r.Compare, r.SwapAdd = w.CompareAdd, w.Swap
+	case abi.WRAtomicFetchAdd:
+		r.SwapAdd = w.CompareAdd
+	}
+	if w.Flags&abi.SendInline != 0 {
+		// DecodeSendWQE checked that the payload fits the slot.
+		if w.InlineLen > 0 {
+			v, err := q.wqeBuf.Sub(abi.SendWQEHeaderSize, uint64(w.InlineLen))
+			if err != nil {
+				return abi.WCLocQPOpErr
+			}
+			r.Local = append(r.Local, v)
+		}
+		r.Len = uint64(w.InlineLen)
+	} else {
+		var need abi.Access
+		if w.Opcode == abi.WRRDMARead || w.Opcode.IsAtomic() {
+			need = abi.AccessLocalWrite // the local buffer is written
+		}
+		payload := q.wqeBuf.Bytes()[abi.SendWQEHeaderSize:]
+		views, n, st := gatherSGEs(e.cfg.MTT, r.Local, payload, int(w.NumSGE), q.pdn, need)
+		q.views = views[:0] // keep a grown array for the next WQE
+		if st != abi.WCSuccess {
+			return st
+		}
+		r.Local, r.Len = views, n
+	}
+	if w.Opcode.IsAtomic() && r.Len != 8 {
+		return abi.WCLocLenErr
+	}
+	if r.Len > maxMessage {
+		return abi.WCLocLenErr
+	}
+	return abi.WCSuccess
+}
+
+// finish acts on the outcome of the head WQE's request.
+func (e *Engine) finish(q *qp, o fabric.Outcome) {
+	a := q.attr.Load()
+	switch o {
+	case fabric.OutcomeOK:
+		switch q.req.Op {
+		case fabric.OpRead, fabric.OpCmpSwap, fabric.OpFetchAdd:
+			e.st.bytesReceived.Add(q.req.Len)
+		default:
+			e.st.bytesSent.Add(q.req.Len)
+		}
+		e.retire(q, abi.WCSuccess, uint32(q.req.Len))
+	case fabric.OutcomeRNR:
+		e.st.rnrNaks.Add(1)
+		if q.rnrs == 0 {
+			e.retire(q, abi.WCRNRRetryExcErr, 0)
+			return
+		}
+		if q.rnrs != 7 { // 7: retry for ever
+			q.rnrs--
+		}
+		q.waitUntil = e.now() + int64(rnrDelay(a.MinRNRTimer))
+	case fabric.OutcomeRetry, fabric.OutcomeUnreachable:
+		e.st.retries.Add(1)
+		if q.retries == 0 {
+			e.retire(q, abi.WCRetryExcErr, 0)
+			return
+		}
+		q.retries--
+		q.waitUntil = e.now() + int64(ackTimeout(a.Timeout))
+	case fabric.OutcomeRemoteAccess:
+		e.retire(q, abi.WCRemAccessErr, 0)
+	case fabric.OutcomeInvalidRequest:
+		e.retire(q, abi.WCRemInvReqErr, 0)
+	case fabric.OutcomeRemoteOp:
+		e.retire(q, abi.WCRemOpErr, 0)
+	default:
+		e.retire(q, abi.WCBadRespErr, 0)
+	}
+}
+
+// retire completes the head WQE with status st: a CQE if it failed or was
+// signalled (or the QP signals all), then sq_cons moves past it. A failed
+// WQE moves the QP to ERR, and the rest of the queue is flushed later.
+func (e *Engine) retire(q *qp, st abi.WCStatus, byteLen uint32) {
+	w := &q.wqe
+	if st != abi.WCSuccess || w.Flags&abi.SendSignaled != 0 || q.sigAll {
+		op := abi.WCSend
+		if w.Opcode.Valid() {
+			op = abi.WCOpcodeFor(w.Opcode)
+		}
+		cqe := abi.CQE{WRID: w.WRID, Status: st, Opcode: op, ByteLen: byteLen, QPN: q.qpn}
+		e.push(q.scq, &cqe, false)
+	}
+	q.head, q.waitUntil = false, 0
+	q.sqCons++
+	q.rec.StoreUint32Release(abi.QPDoorbellOffSQCons, q.sqCons)
+	if st != abi.WCSuccess {
+		e.qpFailed(q, st)
+	}
+}
+
+// badProducer handles a producer index more than a ring ahead of the
+// consumer: a guest bug that breaks only this QP.
+func (e *Engine) badProducer(q *qp, which string, prod, cons uint32) {
+	e.st.badWQEs.Add(1)
+	e.log.Warn("producer index runs past the ring", "qpn", q.qpn, "index", which, "prod", prod, "cons", cons)
+	e.qpFailed(q, abi.WCLocQPOpErr)
+}
+
+// ackTimeout is the transport retry delay for the IB timeout exponent t:
+// 4.096 us << t, at least 1 ms (a local fabric answers "retry" only while
+// a device is stopping or changing memory, which takes that long), and
+// 100 ms for t = 0 (infinite in IB, which would hang the QP).
+func ackTimeout(t uint8) time.Duration {
+	if t == 0 {
+		return 100 * time.Millisecond
+	}
+	d := 4096 * time.Nanosecond << (t & 31)
+	return max(d, time.Millisecond)
+}
+
+// rnrDelay is the RNR retry delay for the min_rnr_timer encoding t.
+func rnrDelay(t uint8) time.Duration {
+	return time.Duration(abi.RNRTimerMicros[t&31]) * time.Microsecond
+}

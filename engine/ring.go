@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"github.com/vstellar/vstellar/emtt"
+	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// isPow2 reports whether n is a power of two (0 is not).
+func isPow2(n uint32) bool { return n != 0 && n&(n-1) == 0 }
+
+// checkRing validates a ring of n entries of stride bytes at gpa for
+// creation: aligned to its stride (so no entry straddles anything and
+// index arithmetic is a mask), wholly inside one guest RAM region, and not
+// overlapping IO memory (the guest-RAM doorbell area), which the device
+// must never DMA into. It returns the ring's view.
+func (e *Engine) checkRing(what string, gpa uint64, n, stride uint32) (guestmem.View, error) {
+	size := uint64(n) * uint64(stride)
+	if gpa%uint64(stride) != 0 {
+		return guestmem.View{}, statusErr(abi.StatusInvalidArgument, "%s at %#x not aligned to its %d-byte stride", what, gpa, stride)
+	}
+	if gpa+size < gpa {
+		return guestmem.View{}, statusErr(abi.StatusBadAddress, "%s [%#x, +%#x) wraps", what, gpa, size)
+	}
+	if e.cfg.MTT != nil && e.cfg.MTT.MemTypeOf(emtt.Span{GPA: gpa, Len: size}) == emtt.MemIO {
+		return guestmem.View{}, statusErr(abi.StatusBadAddress, "%s [%#x, +%#x) overlaps IO memory", what, gpa, size)
+	}
+	return e.translateRing(what, gpa, size)
+}
+
+// translateRing maps a ring against the current guest memory table. It is
+// also used to rebind existing rings after the table changed.
+func (e *Engine) translateRing(what string, gpa, size uint64) (guestmem.View, error) {
+	if e.mem == nil {
+		return guestmem.View{}, statusErr(abi.StatusBadAddress, "%s at %#x: no guest memory yet (SetMemory or Start first)", what, gpa)
+	}
+	v, err := e.mem.Translate(gpa, size)
+	if err != nil {
+		return guestmem.View{}, statusErr(abi.StatusBadAddress, "%s: %v", what, err)
+	}
+	return v, nil
+}
+
+// checkDoorbell validates a doorbell record index for a new object: inside
+// the layout the limits imply (and the bound layout when running), and not
+// used by another object. Caller holds mu.
+func (e *Engine) checkDoorbell(idx uint32) error {
+	max := uint64(e.limits.MaxQP) + uint64(e.limits.MaxCQ)
+	if e.running && uint64(e.layout.Records) < max {
+		max = uint64(e.layout.Records)
+	}
+	if uint64(idx) >= max {
+		return statusErr(abi.StatusInvalidArgument, "doorbell record %d outside %d records", idx, max)
+	}
+	if e.dbUsed[idx] {
+		return statusErr(abi.StatusBusy, "doorbell record %d already in use", idx)
+	}
+	return nil
+}
+
+// record returns the view of doorbell record idx in the bound region, or
+// false if the layout has no such record. Caller holds gate exclusively
+// (or the engine is not running yet).
+func (e *Engine) record(idx uint32) (guestmem.View, bool) {
+	off, ok := e.layout.RecordOffset(idx)
+	if !ok {
+		return guestmem.View{}, false
+	}
+	v, err := e.db.Sub(off, uint64(e.layout.RecordSize))
+	if err != nil || v.Len() < 16 {
+		return guestmem.View{}, false
+	}
+	return v, true
+}
+
+// zeroRecord clears the four counters of a fresh record: a new object
+// starts with every index at 0 on both sides.
+func zeroRecord(rec guestmem.View) {
+	for off := uint64(0); off < 16; off += 4 {
+		rec.StoreUint32Release(off, 0)
+	}
+}
