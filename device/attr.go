@@ -6,11 +6,12 @@ import "github.com/vstellar/vstellar/virtio/abi"
 // device's acknowledgement delay is dominated by scheduling, not wire time.
 const localCAAckDelay = 15
 
-// deviceCapFlags are the capabilities the device has: RESIZE_CQ, RNR NAKs
-// on RC QPs (a SEND that finds no receive WQE is retried after the QP's
-// RNR timer), and port events. On-demand pinning and multipath come with
+// deviceCapFlags are the capabilities the device has: RESIZE_CQ and RNR
+// NAKs on RC QPs (a SEND that finds no receive WQE is retried after the
+// QP's RNR timer). Not port events: the one port never changes state, so
+// the device never sends one. On-demand pinning and multipath come with
 // PVDMA and the transport.
-const deviceCapFlags = abi.DevCapResizeCQ | abi.DevCapRCRNRNAKGen | abi.DevCapPortActiveEvent
+const deviceCapFlags = abi.DevCapResizeCQ | abi.DevCapRCRNRNAKGen
 
 // deviceAttr builds the QUERY_DEVICE response from the limits. Atomics
 // are AtomicGlob: the engine performs them with CPU atomic instructions on

@@ -3,6 +3,7 @@ package device
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/vhost"
@@ -85,6 +86,13 @@ func (d *Device) Activate(ctx context.Context, env vhost.Env) error {
 			mode = DoorbellShmem
 		}
 	}
+	// A driver without IDLE_WAKEUP never kicks the wakeup queue: the
+	// engine must find its doorbells on its own even while idle.
+	if abi.FeatureIdleWakeup.In(acked) {
+		d.eng.SetIdlePoll(0)
+	} else {
+		d.eng.SetIdlePoll(idlePollWithoutKicks)
+	}
 	d.omu.Lock()
 	err := d.activateLocked(mode, env.Memory())
 	if err != nil {
@@ -102,6 +110,11 @@ func (d *Device) Activate(ctx context.Context, env vhost.Env) error {
 	d.log.Info("device active", "doorbells", mode.String(), "features", abi.FeatureString(acked))
 	return nil
 }
+
+// idlePollWithoutKicks is how often an idle engine rescans for a driver
+// that did not negotiate IDLE_WAKEUP: a thousand cheap wake-ups a second
+// rather than a lost doorbell.
+const idlePollWithoutKicks = time.Millisecond
 
 // activateLocked moves the objects onto mem and starts the engine if the
 // doorbells exist. Called with omu held.

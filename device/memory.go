@@ -7,9 +7,10 @@ import (
 
 // SetMemory implements vhost.MemoryWatcher: the Backend calls it on every
 // guest memory change, with the rings quiesced and the old mappings still
-// mapped. The MRs move onto the new table (an MR whose memory went away
-// stays allocated but every DMA through it fails until DEREG_MR), then
-// the engine does. In the guest-RAM fallback the engine's doorbells are
+// mapped. The engine moves its rings and the MRs onto the new table while
+// its data path is paused (an MR whose memory went away stays allocated
+// but every DMA through it fails until DEREG_MR); it does so stopped or
+// running, so there is one place that rebinds. In the guest-RAM fallback the engine's doorbells are
 // guest memory too: the engine restarts on the area's new mapping, or, if
 // the area went away, stays stopped and the driver hears DEVICE_FATAL.
 func (d *Device) SetMemory(mem *guestmem.Table) error {
@@ -22,9 +23,6 @@ func (d *Device) SetMemory(mem *guestmem.Table) error {
 	if inFallback {
 		d.stopEngineLocked()
 	}
-	if n := d.mtt.Rebind(mem); n > 0 {
-		d.log.Warn("guest memory change invalidated MRs", "mrs", n)
-	}
 	d.o.mem = mem
 	switch {
 	case inFallback:
@@ -36,7 +34,7 @@ func (d *Device) SetMemory(mem *guestmem.Table) error {
 			d.log.Error("guest-RAM doorbell area unusable after a memory change; engine stopped", "err", err)
 			d.postEvent(abi.Event{Type: abi.EventDeviceFatal})
 		}
-	case d.o.started:
+	default:
 		if err := d.eng.SetMemory(mem); err != nil {
 			// The engine has put what it cannot reach in error and
 			// told the driver; the device goes on.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/vstellar/vstellar/emtt"
 	"github.com/vstellar/vstellar/fabric"
@@ -118,6 +119,17 @@ func (e *Engine) SetMemory(mem *guestmem.Table) error { return e.setMemory(mem) 
 
 // Reset drops every QP and CQ. A running engine keeps running.
 func (e *Engine) Reset() { e.reset() }
+
+// SetIdlePoll sets how often a sleeping engine rescans its doorbells on
+// its own. Zero (the default) means never: the driver follows the wake-up
+// protocol and kicks abi.QueueWakeup. A driver that did not negotiate
+// abi.FeatureIdleWakeup never kicks, so the device sets a short period
+// for it: such a guest costs a wake-up per period while idle and sees at
+// most that much extra latency on its first doorbell after idling.
+func (e *Engine) SetIdlePoll(d time.Duration) {
+	e.idlePoll.Store(max(int64(d), 0))
+	e.kick()
+}
 
 // Wake is the driver's kick on the wakeup queue. It only signals the
 // engine goroutine, which clears abi.EngineIdle when it wakes, so it is

@@ -55,7 +55,8 @@ type Engine struct {
 	done   chan struct{}
 	wakeCh chan struct{}
 
-	sleeping atomic.Bool // the engine goroutine is (about to be) asleep
+	sleeping atomic.Bool  // the engine goroutine is (about to be) asleep
+	idlePoll atomic.Int64 // if > 0, a sleeping engine rescans this often (ns): see SetIdlePoll
 	broken   atomic.Bool // guest memory faulted: stop touching it until Start/SetMemory/Reset
 	epoch    time.Time
 

@@ -62,6 +62,14 @@ func (e *Engine) run(stop <-chan struct{}, done chan<- struct{}) {
 func (e *Engine) sleep(stop <-chan struct{}, timer *time.Timer, deadline int64) {
 	e.sleeping.Store(true)
 	e.writePage(abi.EngineIdle, 0)
+	// Drop a wake-up left over from while the engine was busy: the scan
+	// below sees whatever it was for, and a kick from now on lands in
+	// the channel again. Without this an idle engine wakes once for
+	// nothing.
+	select {
+	case <-e.wakeCh:
+	default:
+	}
 	work, d2 := e.safePass()
 	if work {
 		e.sleeping.Store(false)
@@ -70,6 +78,11 @@ func (e *Engine) sleep(stop <-chan struct{}, timer *time.Timer, deadline int64) 
 	}
 	if d2 != 0 && (deadline == 0 || d2 < deadline) {
 		deadline = d2
+	}
+	if p := e.idlePoll.Load(); p > 0 {
+		if poll := e.now() + p; deadline == 0 || poll < deadline {
+			deadline = poll
+		}
 	}
 	if deadline != 0 {
 		timer.Reset(time.Duration(max(deadline-e.now(), 0)))
