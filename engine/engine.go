@@ -57,7 +57,7 @@ type Engine struct {
 
 	sleeping atomic.Bool  // the engine goroutine is (about to be) asleep
 	idlePoll atomic.Int64 // if > 0, a sleeping engine rescans this often (ns): see SetIdlePoll
-	broken   atomic.Bool // guest memory faulted: stop touching it until Start/SetMemory/Reset
+	broken   atomic.Bool  // guest memory faulted: stop touching it until Start/SetMemory/Reset
 	epoch    time.Time
 
 	st stats
