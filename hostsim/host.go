@@ -151,7 +151,7 @@ func (h *Host) Shutdown() error {
 func (h *Host) Close() error {
 	var errs []error
 	for _, v := range h.vms {
-		errs = append(errs, v.VM.Close())
+		errs = append(errs, v.Driver.Close(), v.VM.Close())
 		if h.dir == "" {
 			errs = append(errs, h.client.DestroyDevice(context.Background(), v.Name))
 		}

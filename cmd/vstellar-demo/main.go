@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/hostsim"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/virtio/abi"
 	"github.com/vstellar/vstellar/vmm"
@@ -116,13 +117,17 @@ func (d *demo) run(ctx context.Context, stderr io.Writer) error {
 	}
 	d.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	api, shutdown, err := d.daemon(ctx)
+	host, err := hostsim.New(ctx, hostsim.Options{API: d.o.api, Log: d.log})
 	if err != nil {
 		return err
 	}
-	defer shutdown()
-	client := daemon.NewClient(api)
-	defer client.Close()
+	defer host.Close()
+	if d.o.api != "" {
+		fmt.Fprintf(d.out, "daemon: using vstellard at %s\n", d.o.api)
+	} else {
+		fmt.Fprintf(d.out, "daemon: vstellard running in-process, run dir %s\n", host.RunDir())
+	}
+	client := host.Client()
 
 	type vmState struct {
 		name string
@@ -175,7 +180,9 @@ func (d *demo) run(ctx context.Context, stderr io.Writer) error {
 		}
 	} else {
 		fmt.Fprintln(d.out, "daemon: shutting down")
-		shutdown()
+		if err := host.Shutdown(); err != nil {
+			return fmt.Errorf("daemon: %w", err)
+		}
 	}
 	for _, v := range vms {
 		v.res.ShutdownNotes = drain(v.vm.ConfigChanges(), time.Second)
@@ -184,50 +191,6 @@ func (d *demo) run(ctx context.Context, stderr io.Writer) error {
 	}
 	d.table()
 	return nil
-}
-
-// daemon returns the management socket to use and a function that shuts
-// down the in-process daemon (a no-op for an external one).
-func (d *demo) daemon(ctx context.Context) (string, func(), error) {
-	if d.o.api != "" {
-		fmt.Fprintf(d.out, "daemon: using vstellard at %s\n", d.o.api)
-		return d.o.api, func() {}, nil
-	}
-	dir, err := os.MkdirTemp("", "vstellar-demo-")
-	if err != nil {
-		return "", nil, err
-	}
-	cfg := daemon.DefaultConfig()
-	cfg.RunDir = dir
-	cfg.Factory = daemon.StellarDevice
-	m, err := daemon.New(cfg, d.log)
-	if err != nil {
-		os.RemoveAll(dir)
-		return "", nil, err
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- m.Run(rctx) }()
-	select {
-	case <-m.Ready():
-	case err := <-done:
-		cancel()
-		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("daemon: %w", err)
-	}
-	fmt.Fprintf(d.out, "daemon: vstellard running in-process, run dir %s\n", dir)
-	stopped := false
-	return m.APISocket(), func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			d.log.Error("daemon", "err", err)
-		}
-		os.RemoveAll(dir)
-	}, nil
 }
 
 // boot connects a VM, brings its device to DRIVER_OK and probes it.
