@@ -1,0 +1,5 @@
+//go:build !race
+
+package hostsim_test
+
+const raceEnabled = false
