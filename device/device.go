@@ -73,6 +73,9 @@ type Device struct {
 	eng *engine.Engine
 	// unregGID0 takes GID index 0 off the fabric (at Close).
 	unregGID0 func()
+	// gidSnap is a copy of the GID table (zero GID = empty entry) that
+	// the engine reads for every request it sends (sourceGID).
+	gidSnap atomic.Pointer[[]abi.GID]
 
 	// status is the config space status word (abi.ConfigStatus* bits).
 	status atomic.Uint32
@@ -151,15 +154,17 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 	}
 	d.gid0 = deviceGID(d.guid)
 	d.eng = engine.New(engine.Config{
-		Name:   cfg.Name,
-		Log:    d.log,
-		Limits: limits,
-		MTT:    d.mtt,
-		Fabric: fab,
-		GID:    d.gid0,
-		Events: d.postEvent,
+		Name:      cfg.Name,
+		Log:       d.log,
+		Limits:    limits,
+		MTT:       d.mtt,
+		Fabric:    fab,
+		GID:       d.gid0,
+		SourceGID: d.sourceGID,
+		Events:    d.postEvent,
 	})
 	d.o.init(limits, d.gid0)
+	d.publishGIDs()
 	d.unregGID0, err = fab.Register(d.gid0, d.eng)
 	if err != nil {
 		db.Close()

@@ -58,6 +58,7 @@ func (d *Device) addGID(c *cmd, payload []byte) ([]byte, error) {
 		return nil, fabricError(err)
 	}
 	d.o.gids[r.Index] = gidEntry{gid: r.GID, typ: abi.GIDTypeRoCE2, flags: abi.GIDFlagGuest, unregister: unreg}
+	d.publishGIDs()
 	return c.out, nil
 }
 
@@ -79,6 +80,7 @@ func (d *Device) delGID(c *cmd, payload []byte) ([]byte, error) {
 	}
 	g.unregister()
 	*g = gidEntry{}
+	d.publishGIDs()
 	return c.out, nil
 }
 

@@ -86,6 +86,28 @@ func (o *objects) init(l abi.Limits, gid0 abi.GID) {
 	o.gids[0] = gidEntry{gid: gid0, typ: abi.GIDTypeRoCE2, flags: abi.GIDFlagDevice}
 }
 
+// publishGIDs stores a copy of the GID table for the engine's lock-free
+// source-GID lookups (sourceGID). Called with omu held after every change.
+func (d *Device) publishGIDs() {
+	snap := make([]abi.GID, len(d.o.gids))
+	for i, g := range d.o.gids {
+		if g.typ != abi.GIDTypeNone {
+			snap[i] = g.gid
+		}
+	}
+	d.gidSnap.Store(&snap)
+}
+
+// sourceGID is the engine's Config.SourceGID: the GID at index now, if
+// any. Lock-free: it runs for every request the engine sends.
+func (d *Device) sourceGID(index uint8) (abi.GID, bool) {
+	snap := d.gidSnap.Load()
+	if snap == nil || int(index) >= len(*snap) || (*snap)[index] == (abi.GID{}) {
+		return abi.GID{}, false
+	}
+	return (*snap)[index], true
+}
+
 // Handle <-> slot conversions. A hostile handle converts to a slot that
 // slots.get rejects (0 wraps to 0xffffffff).
 func pdSlot(pdn uint32) uint32 { return pdn - 1 }
@@ -119,6 +141,7 @@ func (d *Device) resetObjectsLocked() {
 		}
 		d.o.gids[i] = gidEntry{}
 	}
+	d.publishGIDs()
 	d.ev.clear()
 	if err := d.db.Zero(); err != nil {
 		d.log.Error("clearing doorbell region", "err", err)

@@ -183,7 +183,7 @@ type Table struct {
 
 	mu   sync.Mutex // serialises writers
 	tags []uint8    // next tag per slot (guarded by mu)
-	free []uint32   // free slot indices (guarded by mu)
+	free []uint32   // free slot indices, oldest first (guarded by mu)
 	next uint32     // lowest never-used slot (guarded by mu)
 	n    int        // live regions (guarded by mu)
 	io   []Span     // IO ranges (guarded by mu)
@@ -403,9 +403,12 @@ func (t *Table) overlapsIOLocked(sp Span) bool {
 func overlap(a, b Span) bool { return a.GPA < b.GPA+b.Len && b.GPA < a.GPA+a.Len }
 
 func (t *Table) allocLocked() (uint32, error) {
-	if n := len(t.free); n > 0 {
-		i := t.free[n-1]
-		t.free = t.free[:n-1]
+	// Reuse the slot freed longest ago: a stale key (whose 8-bit tag
+	// comes back after 256 reuses of its slot) then takes as long as
+	// possible to alias a new region.
+	if len(t.free) > 0 {
+		i := t.free[0]
+		t.free = t.free[1:]
 		return i, nil
 	}
 	if t.next > t.max {

@@ -22,9 +22,16 @@ type Config struct {
 	// Fabric carries requests to peer QPs. The device registers the
 	// engine (as a fabric.Responder) under its GIDs.
 	Fabric fabric.Fabric
-	// GID is the device's GID at index 0: the source address of its
-	// requests.
+	// GID is the device's GID at index 0.
 	GID abi.GID
+	// SourceGID returns the GID at index of the device's GID table, which
+	// a QP's address vector names (sgid_index) as the source of its
+	// requests. It is called for every request, so it must be cheap and
+	// must not block. Reading the table at send time, not at MODIFY_QP,
+	// means a QP can only ever send from a GID its device holds right
+	// now, and the fabric gives each GID to one device: no QP can claim
+	// another tenant's address. Nil means only index 0 (GID) exists.
+	SourceGID func(index uint8) (abi.GID, bool)
 	// Events receives asynchronous events (CQ notifications, CQ overflow,
 	// QP fatal). It may be called from any goroutine and must not block.
 	Events func(abi.Event)

@@ -122,9 +122,14 @@ func (e *Engine) buildRequest(q *qp) abi.WCStatus {
 	w := &q.wqe
 	a := q.attr.Load()
 	r := &q.req
+	src, ok := e.sourceGID(a.AH.SGIDIndex)
+	if !ok {
+		// The guest deleted the GID its QP sends from.
+		return abi.WCLocQPOpErr
+	}
 	*r = fabric.Request{
 		Op:         wrOps[w.Opcode],
-		Src:        fabric.Addr{GID: e.cfg.GID, QPN: q.qpn},
+		Src:        fabric.Addr{GID: src, QPN: q.qpn},
 		Dst:        fabric.Addr{GID: a.AH.DGID, QPN: a.DestQPN},
 		RemoteAddr: w.RemoteAddr,
 		RKey:       w.RKey,
@@ -256,4 +261,13 @@ func ackTimeout(t uint8) time.Duration {
 // rnrDelay is the RNR retry delay for the min_rnr_timer encoding t.
 func rnrDelay(t uint8) time.Duration {
 	return time.Duration(abi.RNRTimerMicros[t&31]) * time.Microsecond
+}
+
+// sourceGID is the GID a QP whose address vector names sgid index sends
+// from.
+func (e *Engine) sourceGID(index uint8) (abi.GID, bool) {
+	if e.cfg.SourceGID != nil {
+		return e.cfg.SourceGID(index)
+	}
+	return e.cfg.GID, index == 0
 }

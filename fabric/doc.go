@@ -8,9 +8,9 @@
 // joins the devices of one daemon (two VMs on one host): Post calls the
 // destination's Responder directly, so a WRITE is one copy from the source
 // guest's memory into the destination guest's. The cross-host transport
-// (transport/) implements the same interface over UDP: it cuts a Request
-// into packets, places them at their offsets on arrival through the remote
-// Responder, and completes in order.
+// (transport/, to come) is to implement the same interface over UDP: cut a
+// Request into packets, place them at their offsets on arrival through
+// the remote Responder, and complete in order.
 //
 // Invariants:
 //   - Complete is called exactly once per Post, possibly before Post

@@ -4,7 +4,9 @@
 // API, boots simulated VMs against them (memfd guest RAM, QEMU's exact
 // vhost-user message order, a virtio driver in the guest), and walks each
 // device through its life: probe, config space, QUERY_DEVICE, doorbells,
-// suspend and resume, reset, a VMM reconnect, and the daemon's shutdown.
+// RDMA between the first two VMs (SEND/RECV with a gather list, WRITE,
+// READ, FETCH_ADD, and a forged rkey refused), suspend and resume, reset,
+// a VMM reconnect, and the daemon's shutdown.
 package main
 
 import (
@@ -22,8 +24,8 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/daemon"
-	"github.com/vstellar/vstellar/hostsim"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
+	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/virtio/abi"
 	"github.com/vstellar/vstellar/vmm"
 )
