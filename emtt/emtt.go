@@ -403,22 +403,22 @@ func (t *Table) overlapsIOLocked(sp Span) bool {
 func overlap(a, b Span) bool { return a.GPA < b.GPA+b.Len && b.GPA < a.GPA+a.Len }
 
 func (t *Table) allocLocked() (uint32, error) {
-	// Reuse the slot freed longest ago: a stale key (whose 8-bit tag
-	// comes back after 256 reuses of its slot) then takes as long as
-	// possible to alias a new region.
-	if len(t.free) > 0 {
-		i := t.free[0]
-		t.free = t.free[1:]
+	// Never-used slots first, then the one freed longest ago: a stale key
+	// (whose 8-bit tag comes back after 256 reuses of its slot) then
+	// takes as long as possible to alias a new region.
+	if t.next <= t.max {
+		i := t.next
+		t.next++
+		for uint32(len(t.tags)) <= i {
+			t.tags = append(t.tags, 0)
+		}
 		return i, nil
 	}
-	if t.next > t.max {
+	if len(t.free) == 0 {
 		return 0, fmt.Errorf("%d regions: %w", t.max, ErrFull)
 	}
-	i := t.next
-	t.next++
-	for uint32(len(t.tags)) <= i {
-		t.tags = append(t.tags, 0)
-	}
+	i := t.free[0]
+	t.free = t.free[1:]
 	return i, nil
 }
 
