@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 )
 
@@ -68,6 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var o options
 	fs.BoolVar(&o.quick, "quick", false, "fewer sizes and iterations (a smoke run)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object of numbers instead of a table")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -77,6 +79,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "vstellar-bench: cpu profile: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	r := &report{}
 	if err := s.run(ctx, o, r); err != nil {
 		fmt.Fprintf(stderr, "vstellar-bench %s: %v\n", s.name, err)
