@@ -74,6 +74,11 @@ func runVerbs(ctx context.Context, o options, r *report) error {
 		perSize = 64 << 20
 		pings = 3000
 	}
+	if o.tiny {
+		sizes = []uint64{64 << 10, 1 << 20} // 1 MiB: the reported ratio
+		perSize = 0                         // the fewest WRITEs per size
+		pings = 200
+	}
 	src, err := memfdBuffer(maxWrite)
 	if err != nil {
 		return err
@@ -199,7 +204,7 @@ func (s *verbsSide) writeBandwidth(ctx context.Context, peer *verbsSide, size ui
 // pingPong measures n round trips of 8-byte inline WRITEs between a and b
 // (after a warm-up) and returns them.
 func pingPong(ctx context.Context, a, b *verbsSide, n int) ([]time.Duration, error) {
-	const warm = 500
+	warm := uint64(min(500, n/4)) // 500 unless the run is tiny
 	// Start from zero: the bandwidth runs left data in both buffers.
 	a.buf.View.StoreUint64Release(0, 0)
 	b.buf.View.StoreUint64Release(0, 0)
@@ -208,7 +213,7 @@ func pingPong(ctx context.Context, a, b *verbsSide, n int) ([]time.Duration, err
 	defer close(stop)
 	// b echoes every value it receives back to a.
 	go func() {
-		if err := echo(ctx, b, a, uint64(warm+n), stop); err != nil {
+		if err := echo(ctx, b, a, warm+uint64(n), stop); err != nil {
 			failed.Store(err)
 		}
 	}()
