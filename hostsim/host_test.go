@@ -3,8 +3,8 @@ package hostsim_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"os"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
