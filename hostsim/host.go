@@ -108,7 +108,21 @@ func (h *Host) AddVM(ctx context.Context, name string, o VMOptions) (*VM, error)
 	if err != nil {
 		return nil, fmt.Errorf("hostsim: creating device %s: %w", name, err)
 	}
-	cfg := guestdriver.VMConfig(info.Socket, o.MemSize)
+	v, err := h.boot(ctx, name, info.Socket, o)
+	if err != nil {
+		// Give the name back (an external daemon keeps it otherwise).
+		if derr := h.client.DestroyDevice(context.WithoutCancel(ctx), name); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return nil, err
+	}
+	h.vms = append(h.vms, v)
+	return v, nil
+}
+
+// boot starts a VM on socket and opens its device.
+func (h *Host) boot(ctx context.Context, name, socket string, o VMOptions) (*VM, error) {
+	cfg := guestdriver.VMConfig(socket, o.MemSize)
 	cfg.Logger = h.log
 	if o.Configure != nil {
 		o.Configure(&cfg)
@@ -126,9 +140,7 @@ func (h *Host) AddVM(ctx context.Context, name string, o VMOptions) (*VM, error)
 		vm.Close()
 		return nil, fmt.Errorf("hostsim: %s: probe: %w", name, err)
 	}
-	v := &VM{Name: name, Socket: info.Socket, VM: vm, Driver: drv}
-	h.vms = append(h.vms, v)
-	return v, nil
+	return &VM{Name: name, Socket: socket, VM: vm, Driver: drv}, nil
 }
 
 // Shutdown stops the in-process daemon, leaving the VMs running (they see

@@ -209,10 +209,13 @@ func pingPong(ctx context.Context, a, b *verbsSide, n int) ([]time.Duration, err
 	a.buf.View.StoreUint64Release(0, 0)
 	b.buf.View.StoreUint64Release(0, 0)
 	var failed atomic.Value
-	stop := make(chan struct{})
-	defer close(stop)
+	stop, echoed := make(chan struct{}), make(chan struct{})
+	// The echo goroutine reads guest memory: it must be gone before the
+	// caller closes the VMs.
+	defer func() { close(stop); <-echoed }()
 	// b echoes every value it receives back to a.
 	go func() {
+		defer close(echoed)
 		if err := echo(ctx, b, a, warm+uint64(n), stop); err != nil {
 			failed.Store(err)
 		}
