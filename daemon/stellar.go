@@ -22,11 +22,17 @@ func StellarDevice(_ context.Context, spec DeviceSpec, shared Shared, log *slog.
 		return Instance{}, err
 	}
 	dev, err := stellardev.New(stellardev.Config{Name: spec.Name, Limits: limits, Fabric: shared.Fabric}, log)
-	if errors.Is(err, abi.ErrBadValue) {
+	switch {
+	case errors.Is(err, abi.ErrBadValue):
 		// Limits out of range: the operator's error (HTTP 400).
 		return Instance{}, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if err != nil {
+	case errors.Is(err, stellardev.ErrGIDInUse):
+		// The GID (fe80:: + a hash of the name) is another device's on
+		// the daemon's fabric: a conflict (HTTP 409) the operator
+		// resolves by naming the device differently. Guests cannot add
+		// link-local GIDs, so only a device can hold it.
+		return Instance{}, fmt.Errorf("%w: its GID is another device's (choose another name): %w", ErrExists, err)
+	case err != nil:
 		return Instance{}, err
 	}
 	be := vhost.NewBackend(dev, vhost.Options{Name: spec.Name, Logger: log})

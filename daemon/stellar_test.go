@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"os"
 	"reflect"
 	"sync"
@@ -57,6 +58,21 @@ func TestFactoryClassifiesBadLimits(t *testing.T) {
 	}
 	if err := inst.Device.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFactoryGIDConflict: a device whose GID another device on the
+// daemon's fabric holds is a conflict (409), not an internal error.
+func TestFactoryGIDConflict(t *testing.T) {
+	sh := Shared{Fabric: fabric.NewLocal()}
+	inst, err := StellarDevice(context.Background(), DeviceSpec{Name: "x"}, sh, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Device.Close() })
+	_, err = StellarDevice(context.Background(), DeviceSpec{Name: "x"}, sh, nil)
+	if !errors.Is(err, ErrExists) || !errors.Is(err, stellardev.ErrGIDInUse) || httpStatus(err) != http.StatusConflict {
+		t.Fatalf("second device with the same GID: %v (HTTP %d)", err, httpStatus(err))
 	}
 }
 

@@ -29,7 +29,7 @@ func (d *Device) createCQ(c *cmd, payload []byte) ([]byte, error) {
 	if err := d.needDoorbells(); err != nil {
 		return nil, err
 	}
-	slot, ok := d.o.cqs.add(&cq{entries: r.Entries})
+	slot, ok := d.o.cqs.add(&cq{})
 	if !ok {
 		return nil, fail(abi.StatusNoResources, "%d CQs", d.limits.MaxCQ)
 	}
@@ -49,8 +49,7 @@ func (d *Device) resizeCQ(c *cmd, payload []byte) ([]byte, error) {
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	q := d.o.cq(r.CQN)
-	if q == nil {
+	if d.o.cq(r.CQN) == nil {
 		return nil, fail(abi.StatusNotFound, "CQ %d", r.CQN)
 	}
 	if err := d.checkCQEntries(r.Entries); err != nil {
@@ -59,7 +58,6 @@ func (d *Device) resizeCQ(c *cmd, payload []byte) ([]byte, error) {
 	if err := d.eng.ResizeCQ(r.CQN, r.Entries, r.RingAddr); err != nil {
 		return nil, fmt.Errorf("CQ %d: %w", r.CQN, err)
 	}
-	q.entries = r.Entries
 	return c.out, nil
 }
 
@@ -79,6 +77,9 @@ func (d *Device) destroyCQ(c *cmd, payload []byte) ([]byte, error) {
 	if err := d.eng.DestroyCQ(r.Handle); err != nil {
 		return nil, fmt.Errorf("CQ %d: %w", r.Handle, err)
 	}
+	// The engine reports nothing more for it; what it reported before
+	// and the driver has not received yet goes too.
+	d.ev.dropCQEvents(r.Handle)
 	d.o.cqs.remove(cqSlot(r.Handle))
 	return c.out, nil
 }

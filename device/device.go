@@ -218,7 +218,7 @@ func (d *Device) Close() error {
 	}
 	d.stopLocked()
 	d.omu.Lock()
-	d.eng.Stop()
+	d.stopEngineLocked()
 	d.resetObjectsLocked()
 	d.o.closed = true
 	d.omu.Unlock()

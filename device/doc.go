@@ -36,9 +36,14 @@
 //     before they execute (RESPONSE_TOO_SMALL), so a create command never
 //     allocates something the guest cannot learn the handle of.
 //   - Memory is bounded whatever the guest does: object tables stop at the
-//     limits (NO_RESOURCES, nothing allocated), the event queue is a fixed
-//     ring that drops the oldest event and counts the loss, and the control
-//     buffers are allocated once with the device.
+//     limits (NO_RESOURCES, nothing allocated), MR page-list spans share a
+//     per-device budget checked while the list is read (mr.go), the event
+//     queue is a fixed ring that drops the oldest event and counts the
+//     loss, and the control buffers are allocated once with the device.
+//   - Link-local GIDs (fe80::/10) are the devices' own: a guest cannot add
+//     one, so it cannot take another device's predictable index-0 GID.
+//   - Pending events naming a CQ or QP are dropped when it is destroyed,
+//     so a reused number never receives the old object's events.
 //   - Handles are per device; a handle of another device's object names
 //     nothing here. Each device owns its doorbell memfd (package
 //     shmregion); no other device's doorbells are reachable from it.

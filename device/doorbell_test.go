@@ -1,7 +1,9 @@
 package device
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/vstellar/vstellar/emtt"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -128,5 +130,45 @@ func TestFallbackSurvivesReconnect(t *testing.T) {
 	g.must(abi.OpSetDoorbellArea, &abi.SetDoorbellAreaReq{Addr: area, Length: size}, nil)
 	if c := g.createCQ(4); c.CQN != 1 {
 		t.Fatalf("CQN %d after reset", c.CQN)
+	}
+}
+
+// TestFallbackAreaRemovedRebindsMRs: when the memory under the guest-RAM
+// doorbell area goes away, the engine stays stopped (DEVICE_FATAL), but
+// the MRs still move onto the new memory table: one over the removed
+// memory is invalidated rather than left translating into the old,
+// unmapped table, and one elsewhere still reads the guest's bytes.
+func TestFallbackAreaRemovedRebindsMRs(t *testing.T) {
+	d := newDevice(t, Config{})
+	// 2.5 GiB: guest RAM is [0, 2 GiB) plus [4 GiB, 4.5 GiB).
+	g := startVM(t, d, vmOpts{noShmem: true, memSize: 5 << 29})
+	bufs := g.postEventBuffers(2, abi.EventSize)
+	pdn := g.allocPD()
+	low, lowGPA := g.regMR(pdn, abi.AccessLocalWrite, 4096)
+	const highGPA = 4 << 30
+	size := d.DoorbellLayout().Size()
+	g.must(abi.OpSetDoorbellArea, &abi.SetDoorbellAreaReq{Addr: highGPA, Length: size}, nil)
+	var r abi.RegMRResp
+	g.must(abi.OpRegMR, &abi.RegMRReq{PDN: pdn, Access: abi.AccessLocalWrite, IOVA: highGPA + size, Length: 1 << 20, Addr: highGPA + size}, &r)
+	regs := g.vm.Regions()
+	if len(regs) != 2 || regs[1].GuestPhys != highGPA {
+		t.Fatalf("regions %+v", regs)
+	}
+	if err := g.vm.Frontend().RemMemReg(g.ctx, regs[1]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := g.waitEvents(1, 5*time.Second)
+	if err != nil {
+		t.Fatalf("no event after the doorbell area went away: %v", err)
+	}
+	if e := g.readEvent(bufs[got[0].head], got[0]); e.Type != abi.EventDeviceFatal {
+		t.Fatalf("event %+v", e)
+	}
+	if _, err := translate(t, d, r.LKey, pdn, highGPA+size, 8); !errors.Is(err, emtt.ErrInvalidated) {
+		t.Fatalf("MR over removed memory: %v", err)
+	}
+	copy(g.bytes(lowGPA, 4), "live")
+	if b, err := translate(t, d, low, pdn, lowGPA, 4); err != nil || string(b) != "live" {
+		t.Fatalf("MR in remaining memory: %q %v", b, err)
 	}
 }

@@ -76,6 +76,42 @@ func (q *eventQueue) clear() {
 	q.head, q.n, q.dropped = 0, 0, 0
 }
 
+// dropMatching removes the pending events match selects, keeping the
+// others in order. They are not counted as lost: nobody should see them.
+func (q *eventQueue) dropMatching(match func(abi.Event) bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	kept := 0
+	for i := range q.n {
+		e := q.buf[(q.head+i)%len(q.buf)]
+		if !match(e) {
+			q.buf[(q.head+kept)%len(q.buf)] = e
+			kept++
+		}
+	}
+	q.n = kept
+}
+
+// dropCQEvents and dropQPEvents forget the pending events of a destroyed
+// CQ or QP. Its number may name a new object later, which must not be
+// told of the old one's completions or errors. (Events already written
+// into the driver's buffers are the driver's to sort out.)
+func (q *eventQueue) dropCQEvents(cqn uint32) {
+	q.dropMatching(func(e abi.Event) bool {
+		return e.Handle == cqn && (e.Type == abi.EventCQComp || e.Type == abi.EventCQErr)
+	})
+}
+
+func (q *eventQueue) dropQPEvents(qpn uint32) {
+	q.dropMatching(func(e abi.Event) bool {
+		switch e.Type {
+		case abi.EventQPFatal, abi.EventQPReqErr, abi.EventQPAccessErr, abi.EventSQDrained:
+			return e.Handle == qpn
+		}
+		return false
+	})
+}
+
 // len is the number of pending events.
 func (q *eventQueue) len() int {
 	q.mu.Lock()

@@ -144,3 +144,42 @@ func TestEngineEventsReachTheGuest(t *testing.T) {
 		t.Fatalf("QP state %v", qr.Attr.State)
 	}
 }
+
+// TestDestroyDropsPendingEvents: events waiting for a driver buffer that
+// name a CQ or QP are dropped when it is destroyed (its number may name a
+// new object later); the others wait on, in order and not counted lost.
+func TestDestroyDropsPendingEvents(t *testing.T) {
+	d := newDevice(t, Config{})
+	g := startVM(t, d, vmOpts{})
+	pdn := g.allocPD()
+	c1, c2 := g.createCQ(4), g.createCQ(4)
+	q := g.createQP(pdn, c2.CQN, c2.CQN)
+	for _, e := range []abi.Event{
+		{Type: abi.EventCQComp, Handle: c1.CQN},
+		{Type: abi.EventQPFatal, Handle: q.QPN, Info: uint32(abi.WCLocQPOpErr)},
+		{Type: abi.EventCQComp, Handle: c2.CQN},
+		{Type: abi.EventPortActive, Handle: c1.CQN}, // port 1, not CQ 1
+		{Type: abi.EventCQErr, Handle: c1.CQN},
+		{Type: abi.EventSQDrained, Handle: q.QPN},
+	} {
+		d.postEvent(e)
+	}
+	g.must(abi.OpDestroyCQ, &abi.HandleReq{Handle: c1.CQN}, nil)
+	g.must(abi.OpDestroyQP, &abi.HandleReq{Handle: q.QPN}, nil)
+	if s := d.Stats(); s.EventsPending != 2 || s.EventsDropped != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	bufs := g.postEventBuffers(4, abi.EventSize)
+	got, err := g.waitEvents(2, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []abi.Event{{Type: abi.EventCQComp, Handle: c2.CQN}, {Type: abi.EventPortActive, Handle: c1.CQN}} {
+		if e := g.readEvent(bufs[got[i].head], got[i]); e != want {
+			t.Fatalf("event %d: %+v, want %+v", i, e, want)
+		}
+	}
+	if more, _ := g.waitEvents(1, 50*time.Millisecond); len(more) != 0 {
+		t.Fatalf("more events: %v", more)
+	}
+}

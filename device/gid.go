@@ -8,6 +8,16 @@ import "github.com/vstellar/vstellar/virtio/abi"
 // does for the IP addresses of its interfaces. Every GID in the table is
 // registered on the fabric, so requests addressed to it reach this
 // device's engine; a GID another device holds cannot be added.
+//
+// Link-local GIDs (fe80::/10) are the devices' own: every device's index
+// 0 is one, and it is predictable from the device's name. A guest that
+// could add one could take another device's GID before that device is
+// created (so its creation fails) or while it is away, and receive what
+// was meant for it. Guests add routable addresses, as RoCEv2 GIDs are
+// their IP addresses; ADD_GID of a link-local one is PERMISSION.
+
+// linkLocal reports whether g is in fe80::/10.
+func linkLocal(g abi.GID) bool { return g[0] == 0xfe && g[1]&0xc0 == 0x80 }
 
 // gidIndex checks a GID request's port and index.
 func (d *Device) gidIndex(port, index uint32) error {
@@ -48,6 +58,8 @@ func (d *Device) addGID(c *cmd, payload []byte) ([]byte, error) {
 		return nil, fail(abi.StatusPermission, "GID index 0 is the device's")
 	case r.GID == (abi.GID{}):
 		return nil, fail(abi.StatusInvalidArgument, "the zero GID")
+	case linkLocal(r.GID):
+		return nil, fail(abi.StatusPermission, "GID %x is link-local: those are the devices' own", r.GID[:])
 	case d.o.gids[r.Index].typ != abi.GIDTypeNone:
 		return nil, fail(abi.StatusBusy, "GID index %d is in use", r.Index)
 	}

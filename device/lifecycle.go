@@ -117,7 +117,8 @@ func (d *Device) Activate(ctx context.Context, env vhost.Env) error {
 const idlePollWithoutKicks = time.Millisecond
 
 // activateLocked moves the objects onto mem and starts the engine if the
-// doorbells exist. Called with omu held.
+// doorbells exist. The engine's Start (or, when it stays stopped, its
+// SetMemory) moves the rings and the MRs onto mem. Called with omu held.
 func (d *Device) activateLocked(mode DoorbellMode, mem *guestmem.Table) error {
 	if d.o.lastMode != DoorbellNone && d.o.lastMode != mode {
 		// The QPs' and CQs' doorbell records are not where the driver
@@ -127,28 +128,31 @@ func (d *Device) activateLocked(mode DoorbellMode, mem *guestmem.Table) error {
 		d.resetObjectsLocked()
 	}
 	d.o.mode, d.o.lastMode = mode, mode
-	if mem != d.o.mem {
-		// A Backend reports memory changes through SetMemory; this covers
-		// a host that activates on memory the device has not seen.
-		d.mtt.Rebind(mem)
-		d.o.mem = mem
-	}
+	// A Backend reports memory changes through SetMemory; this covers a
+	// host that activates on memory the device has not seen.
+	moved := mem != d.o.mem
+	d.o.mem = mem
+	var err error
 	switch {
 	case mode == DoorbellShmem:
-		return d.startEngineLocked(mem, d.db.View())
+		err = d.startEngineLocked(mem, d.db.View())
 	case d.o.dbArea != nil:
 		// Re-activation in the fallback: the area registered before is
 		// where the records are.
-		v, err := mem.Translate(d.o.dbArea.GPA, d.layout.Size())
-		if err != nil {
-			d.log.Warn("guest-RAM doorbell area gone; dropping the driver's objects", "area", d.o.dbArea.GPA, "err", err)
-			d.resetObjectsLocked()
-			d.o.lastMode = mode
-			return nil
+		v, terr := mem.Translate(d.o.dbArea.GPA, d.layout.Size())
+		if terr == nil {
+			err = d.startEngineLocked(mem, v)
+			break
 		}
-		return d.startEngineLocked(mem, v)
+		d.log.Warn("guest-RAM doorbell area gone; dropping the driver's objects", "area", d.o.dbArea.GPA, "err", terr)
+		d.resetObjectsLocked()
+		d.o.lastMode = mode
 	}
-	return nil
+	if moved && !d.o.started {
+		// No Start moved the rings and MRs: move them without one.
+		d.setEngineMemoryLocked(mem)
+	}
+	return err
 }
 
 // Deactivate implements vhost.Device. It waits for running ProcessQueue

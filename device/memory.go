@@ -10,9 +10,12 @@ import (
 // mapped. The engine moves its rings and the MRs onto the new table while
 // its data path is paused (an MR whose memory went away stays allocated
 // but every DMA through it fails until DEREG_MR); it does so stopped or
-// running, so there is one place that rebinds. In the guest-RAM fallback the engine's doorbells are
-// guest memory too: the engine restarts on the area's new mapping, or, if
-// the area went away, stays stopped and the driver hears DEVICE_FATAL.
+// running, so the engine's Start and SetMemory are the one place that
+// rebinds. In the guest-RAM fallback the engine's doorbells are guest
+// memory too: the engine restarts on the area's new mapping, or, if the
+// area went away, stays stopped (its rings and the MRs still move onto
+// the new table, since the old one is unmapped once this returns) and
+// the driver hears DEVICE_FATAL.
 func (d *Device) SetMemory(mem *guestmem.Table) error {
 	d.omu.Lock()
 	defer d.omu.Unlock()
@@ -24,22 +27,27 @@ func (d *Device) SetMemory(mem *guestmem.Table) error {
 		d.stopEngineLocked()
 	}
 	d.o.mem = mem
-	switch {
-	case inFallback:
+	if inFallback {
 		v, err := mem.Translate(d.o.dbArea.GPA, d.layout.Size())
 		if err == nil {
 			err = d.startEngineLocked(mem, v)
 		}
-		if err != nil {
-			d.log.Error("guest-RAM doorbell area unusable after a memory change; engine stopped", "err", err)
-			d.postEvent(abi.Event{Type: abi.EventDeviceFatal})
+		if err == nil {
+			return nil
 		}
-	default:
-		if err := d.eng.SetMemory(mem); err != nil {
-			// The engine has put what it cannot reach in error and
-			// told the driver; the device goes on.
-			d.log.Warn("engine memory change", "err", err)
-		}
+		d.log.Error("guest-RAM doorbell area unusable after a memory change; engine stopped", "err", err)
+		d.postEvent(abi.Event{Type: abi.EventDeviceFatal})
 	}
+	d.setEngineMemoryLocked(mem)
 	return nil
+}
+
+// setEngineMemoryLocked moves a stopped or running engine, its rings and
+// the MRs onto mem (a started engine got there with Start).
+func (d *Device) setEngineMemoryLocked(mem *guestmem.Table) {
+	if err := d.eng.SetMemory(mem); err != nil {
+		// The engine has put what it cannot reach in error and told the
+		// driver; the device goes on.
+		d.log.Warn("engine memory change", "err", err)
+	}
 }

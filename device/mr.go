@@ -38,14 +38,39 @@ func (d *Device) regMR(c *cmd, payload []byte) ([]byte, error) {
 		return nil, mttError(err)
 	}
 	p.users++
+	d.o.mrExtraSpans += extraSpans(reg)
 	return c.encode(&abi.RegMRResp{LKey: uint32(reg.Key), RKey: uint32(reg.Key)}), nil
+}
+
+// Page-list spans cost the daemon heap (a span and a translation segment
+// each) that the guest controls: a list alternating between two pages
+// makes one span per entry, so MaxMR lists of 2^20 entries would be
+// gigabytes. MaxMR already bounds one span per MR; the spans beyond each
+// MR's first, over all live MRs, share a per-device budget of one per
+// 4 KiB page of guest RAM (a guest registering all its memory page by
+// page in any order fits), and never less than minExtraSpans.
+const (
+	spanBudgetPage = 4096
+	minExtraSpans  = 1 << 16
+)
+
+// extraSpans is what an MR takes from the span budget.
+func extraSpans(reg *emtt.Region) uint64 { return uint64(len(reg.Spans)) - 1 }
+
+// extraSpanBudget is the span budget on guest memory mem (it follows the
+// guest's RAM size; MRs already registered keep their spans if RAM
+// shrinks, new ones wait until enough are deregistered).
+func extraSpanBudget(mem *guestmem.Table) uint64 {
+	return max(mem.Size()/spanBudgetPage, minExtraSpans)
 }
 
 // mrSpans turns REG_MR's address or page list into guest physical spans
 // covering exactly Length bytes, merging pages that are contiguous. The
 // page list is read from guest memory once, entry by entry, and every
 // entry is checked after it is read, so a guest rewriting the list
-// meanwhile only changes which of its own pages it registers.
+// meanwhile only changes which of its own pages it registers. Reading
+// stops with NO_RESOURCES as soon as the spans would overrun the span
+// budget, so a hostile list costs at most the budget's worth of heap.
 func (d *Device) mrSpans(mem *guestmem.Table, r *abi.RegMRReq) ([]emtt.Span, error) {
 	if r.NPages == 0 {
 		if r.Addr+r.Length < r.Addr {
@@ -65,6 +90,10 @@ func (d *Device) mrSpans(mem *guestmem.Table, r *abi.RegMRReq) ([]emtt.Span, err
 	if err != nil {
 		return nil, fail(abi.StatusBadAddress, "page list at %#x (%d entries): %v", r.Addr, r.NPages, err)
 	}
+	var room uint64 // extra spans this MR may have
+	if budget := extraSpanBudget(mem); d.o.mrExtraSpans < budget {
+		room = budget - d.o.mrExtraSpans
+	}
 	var spans []emtt.Span
 	left := r.Length
 	for i := range uint64(r.NPages) {
@@ -80,9 +109,13 @@ func (d *Device) mrSpans(mem *guestmem.Table, r *abi.RegMRReq) ([]emtt.Span, err
 		if start+n < start {
 			return nil, fail(abi.StatusBadAddress, "page %d at %#x wraps", i, pa)
 		}
-		if k := len(spans) - 1; k >= 0 && spans[k].GPA+spans[k].Len == start {
+		switch k := len(spans) - 1; {
+		case k >= 0 && spans[k].GPA+spans[k].Len == start:
 			spans[k].Len += n
-		} else {
+		case uint64(len(spans)) > room:
+			return nil, fail(abi.StatusNoResources, "page %d starts extra span %d; live MRs hold %d of the device's %d",
+				i, len(spans), d.o.mrExtraSpans, extraSpanBudget(mem))
+		default:
 			spans = append(spans, emtt.Span{GPA: start, Len: n})
 		}
 		left -= n
@@ -103,5 +136,6 @@ func (d *Device) deregMR(c *cmd, payload []byte) ([]byte, error) {
 	if p := d.o.pd(reg.PD); p != nil {
 		p.users--
 	}
+	d.o.mrExtraSpans -= extraSpans(reg)
 	return c.out, nil
 }

@@ -19,9 +19,8 @@ type pd struct {
 	users uint32
 }
 
-// cq is a completion queue; the engine holds its ring.
+// cq is a completion queue; the engine holds its ring and size.
 type cq struct {
-	entries uint32
 	// users counts QP bindings (a QP using the CQ for both queues counts
 	// twice): DESTROY_CQ is refused while any exists.
 	users uint32
@@ -55,6 +54,9 @@ type objects struct {
 	qps  slots[qp]
 	ahs  slots[ah]
 	gids []gidEntry // len MaxGID; [0] is the device's
+	// mrExtraSpans is the span budget the live MRs use (see
+	// extraSpanBudget); the MRs themselves live in the emtt table.
+	mrExtraSpans uint64
 
 	// mem is the guest memory the MRs are bound to (and the engine runs
 	// on).
@@ -131,6 +133,7 @@ func qpDoorbell(qpn uint32) uint32             { return qpSlot(qpn) }
 func (d *Device) resetObjectsLocked() {
 	d.eng.Reset()
 	d.mtt.Clear()
+	d.o.mrExtraSpans = 0
 	d.o.pds.clear()
 	d.o.cqs.clear()
 	d.o.qps.clear()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/vstellar/vstellar/emtt"
@@ -290,4 +291,119 @@ func TestMRInvalidatedByMemoryRemoval(t *testing.T) {
 	g.must(abi.OpDeregMR, &abi.HandleReq{Handle: high}, nil)
 	// New registrations over the removed memory are refused.
 	g.want(abi.StatusBadAddress, abi.OpRegMR, &abi.RegMRReq{PDN: pdn, IOVA: highGPA, Length: 4096, Addr: highGPA})
+}
+
+// TestRegMRSpanBudget: a page list alternating between two pages makes
+// one span per entry. The spans beyond each MR's first share a budget
+// (one per 4 KiB page of guest RAM, at least minExtraSpans): REG_MR stops
+// reading a list at the budget with NO_RESOURCES, so such lists cannot
+// make the daemon's heap grow past it; DEREG_MR and RESET_STATE give the
+// budget back, and page lists of contiguous pages keep working.
+func TestRegMRSpanBudget(t *testing.T) {
+	d := newDevice(t, Config{Limits: abi.Limits{MaxMR: 64}})
+	g := startVM(t, d, vmOpts{}) // 64 MiB: 16384 pages, so the floor applies
+	budget := extraSpanBudget(g.vm.Memory())
+	if budget != minExtraSpans {
+		t.Fatalf("budget %d, want the floor %d", budget, minExtraSpans)
+	}
+	pdn := g.allocPD()
+	pa := g.alloc(4096, 4096)
+	g.alloc(4096, 4096) // a gap: pb does not follow pa
+	pb := g.alloc(4096, 4096)
+	alternating := func(n int) []uint64 {
+		l := make([]uint64, n)
+		for i := range l {
+			l[i] = pa
+			if i%2 == 1 {
+				l[i] = pb
+			}
+		}
+		return l
+	}
+	regList := func(list uint64, n int) (abi.RegMRResp, abi.Status) {
+		var r abi.RegMRResp
+		st := g.do(abi.OpRegMR, &abi.RegMRReq{PDN: pdn, IOVA: 0, Length: uint64(n) * 4096, Addr: list, PageShift: 12, NPages: uint32(n)}, &r)
+		return r, st
+	}
+
+	// The largest list the ABI allows, with a bad entry at its very end:
+	// the device stops at the budget, long before it gets there.
+	big := alternating(abi.MaxMRPages)
+	big[len(big)-1] = pa + 8
+	if _, st := regList(g.pageList(big), len(big)); st != abi.StatusNoResources {
+		t.Fatalf("2^20 alternating pages: %v, want NO_RESOURCES", st)
+	}
+	if spansUsed(d) != 0 || d.Objects().MRs != 0 {
+		t.Fatalf("%d spans, %d MRs after a refused REG_MR", spansUsed(d), d.Objects().MRs)
+	}
+
+	// Smaller lists fill the budget and then are refused; the heap grows
+	// by the budget's worth at most.
+	const n = 4096
+	small := g.pageList(alternating(n))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var keys []uint32
+	for {
+		r, st := regList(small, n)
+		if st == abi.StatusNoResources {
+			break
+		}
+		if st != abi.StatusOK {
+			t.Fatalf("REG_MR %d: %v", len(keys), st)
+		}
+		keys = append(keys, r.LKey)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if want := int(budget / (n - 1)); len(keys) != want {
+		t.Fatalf("%d alternating MRs fit, want %d", len(keys), want)
+	}
+	if spansUsed(d) > budget {
+		t.Fatalf("%d spans in a budget of %d", spansUsed(d), budget)
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > int64(budget)*256 {
+		t.Fatalf("heap grew %d bytes for %d spans", grew, spansUsed(d))
+	}
+
+	// A page list of contiguous pages is one span: still fine.
+	run := g.alloc(16*4096, 4096)
+	pages := make([]uint64, 16)
+	for i := range pages {
+		pages[i] = run + uint64(i)*4096
+	}
+	r, st := regList(g.pageList(pages), len(pages))
+	if st != abi.StatusOK {
+		t.Fatalf("contiguous page list at the budget: %v", st)
+	}
+	copy(g.bytes(run+5*4096, 4), "page")
+	if got, err := translate(t, d, r.LKey, pdn, 5*4096, 4); err != nil || string(got) != "page" {
+		t.Fatalf("translate: %q %v", got, err)
+	}
+
+	// DEREG_MR gives the spans back.
+	g.must(abi.OpDeregMR, &abi.HandleReq{Handle: keys[0]}, nil)
+	if _, st := regList(small, n); st != abi.StatusOK {
+		t.Fatalf("REG_MR after DEREG_MR: %v", st)
+	}
+	if _, st := regList(small, n); st != abi.StatusNoResources {
+		t.Fatalf("REG_MR past the budget again: %v", st)
+	}
+	// So does RESET_STATE.
+	g.must(abi.OpResetState, nil, nil)
+	if spansUsed(d) != 0 {
+		t.Fatalf("%d spans after RESET_STATE", spansUsed(d))
+	}
+	pdn = g.allocPD()
+	if _, st := regList(small, n); st != abi.StatusOK {
+		t.Fatalf("REG_MR after RESET_STATE: %v", st)
+	}
+}
+
+// spansUsed is the span budget the device's live MRs use.
+func spansUsed(d *Device) uint64 {
+	d.omu.Lock()
+	defer d.omu.Unlock()
+	return d.o.mrExtraSpans
 }

@@ -102,9 +102,9 @@ func TestGIDTable(t *testing.T) {
 	if e.GID != gidOf(1) || e.Type != abi.GIDTypeRoCE2 || e.Flags != abi.GIDFlagGuest {
 		t.Fatalf("added entry %+v", e)
 	}
-	g.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: gidOf(2)}) // slot taken
-	g.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 2, GID: gidOf(1)}) // GID held (by us)
-	g.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 2, GID: d.GID()})  // the device's own
+	g.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: gidOf(2)})      // slot taken
+	g.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 2, GID: gidOf(1)})      // GID held (by us)
+	g.want(abi.StatusPermission, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 2, GID: d.GID()}) // the device's own
 	g.must(abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 3, GID: gidOf(3)}, nil)
 	if got := fab.registered(); !slices.Equal(got, []abi.GID{d.GID(), gidOf(1), gidOf(3)}) {
 		t.Fatalf("registered %x", got)
@@ -151,7 +151,7 @@ func TestGIDsAcrossDevices(t *testing.T) {
 	a := newDevice(t, Config{Name: "a", Fabric: fab})
 	b := newDevice(t, Config{Name: "b", Fabric: fab})
 	ga, gb := startVM(t, a, vmOpts{}), startVM(t, b, vmOpts{})
-	gb.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: a.GID()})
+	gb.want(abi.StatusPermission, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: a.GID()})
 	ga.must(abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: gidOf(9)}, nil)
 	gb.want(abi.StatusBusy, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: gidOf(9)})
 	ga.must(abi.OpDelGID, &abi.GIDReq{Port: 1, Index: 1}, nil)
@@ -164,5 +164,44 @@ func TestGIDsAcrossDevices(t *testing.T) {
 			d.Close()
 		}
 		t.Fatalf("second device named a: %v", err)
+	}
+}
+
+// TestLinkLocalGIDsAreTheDevices: a device's GID is fe80:: + a GUID
+// hashed from its name, so anyone can compute it. No guest may add a
+// link-local GID: not one of a device that exists (which would take its
+// traffic once that device is away), not one of a device yet to be
+// created (whose creation would then fail), not any other in fe80::/10.
+// Routable GIDs are added as before.
+func TestLinkLocalGIDsAreTheDevices(t *testing.T) {
+	fab := fabric.NewLocal()
+	a := newDevice(t, Config{Name: "squatter", Fabric: fab})
+	b := newDevice(t, Config{Name: "victim", Fabric: fab})
+	ga := startVM(t, a, vmOpts{})
+	later := deviceGID(nodeGUID("not-yet-created"))
+	for _, gid := range []abi.GID{
+		b.GID(), later,
+		{0xfe, 0x80, 15: 1},             // fe80::1
+		{0xfe, 0xbf, 0xff, 0xff, 15: 9}, // the top of fe80::/10
+	} {
+		ga.want(abi.StatusPermission, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: gid})
+	}
+	if n := a.Objects().GIDs; n != 1 {
+		t.Fatalf("%d GIDs after refused ADD_GIDs", n)
+	}
+	// The victim's GID still routes to the victim, and the device the
+	// squatter aimed at can still be created.
+	if _, err := fab.Register(b.GID(), nil); !errors.Is(err, fabric.ErrGIDInUse) {
+		t.Fatalf("victim's GID: %v", err)
+	}
+	newDevice(t, Config{Name: "not-yet-created", Fabric: fab})
+	// Next to fe80::/10 on either side, and routable addresses: fine.
+	for i, gid := range []abi.GID{
+		{0xfe, 0x7f, 15: 1},                 // below fe80::/10
+		{0xfe, 0xc0, 15: 1},                 // fec0::, above it
+		{0x20, 0x01, 0x0d, 0xb8, 15: 1},     // 2001:db8::1
+		{10: 0xff, 11: 0xff, 12: 10, 15: 1}, // ::ffff:10.0.0.1
+	} {
+		ga.must(abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: uint32(i + 1), GID: gid}, nil)
 	}
 }

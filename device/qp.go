@@ -148,6 +148,8 @@ func (d *Device) destroyQP(c *cmd, payload []byte) ([]byte, error) {
 	if err := d.eng.DestroyQP(r.Handle); err != nil {
 		return nil, fmt.Errorf("QP %d: %w", r.Handle, err)
 	}
+	// As for a CQ: its pending events name nothing any more.
+	d.ev.dropQPEvents(r.Handle)
 	d.o.pd(q.pdn).users--
 	d.o.cq(q.sendCQN).users--
 	d.o.cq(q.recvCQN).users--

@@ -19,9 +19,6 @@ type slots[T any] struct {
 
 func newSlots[T any](max uint32) slots[T] { return slots[T]{max: max} }
 
-// full reports whether every slot is taken.
-func (s *slots[T]) full() bool { return s.n >= s.max }
-
 // len is the number of live objects.
 func (s *slots[T]) len() uint32 { return s.n }
 
@@ -71,12 +68,3 @@ func (s *slots[T]) remove(slot uint32) {
 
 // clear frees every slot and the memory behind them.
 func (s *slots[T]) clear() { *s = slots[T]{max: s.max} }
-
-// each calls fn for every live object in slot order.
-func (s *slots[T]) each(fn func(slot uint32, v *T)) {
-	for i, v := range s.items {
-		if v != nil {
-			fn(uint32(i), v)
-		}
-	}
-}

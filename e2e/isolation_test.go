@@ -814,7 +814,7 @@ func (r *isoRig) thirdQP(t *testing.T) {
 		expectEvent(t, r.a, abi.EventQPFatal, aq.Num(), abi.WCRetryExcErr)
 		allEvil(t, "A's buffer", r.aBuf.Bytes()[24<<10:24<<10+64])
 	}
-	wantStatus(t, "ADD_GID of B's GID on A", r.a.Driver.AddGID(r.ctx, 1, r.b.Driver.GID()), abi.StatusBusy)
+	wantStatus(t, "ADD_GID of B's GID on A", r.a.Driver.AddGID(r.ctx, 1, r.b.Driver.GID()), abi.StatusPermission)
 }
 
 // A command flood from A: thousands of bad commands of every kind, from

@@ -60,5 +60,9 @@
 //     DMA pool only after the device confirmed the destroy.
 //   - Event buffers stay posted: each filled one is re-posted before its
 //     event is handed on. Buffers a previous driver of the device posted
-//     are read but not re-posted.
+//     are read but not re-posted; Open posts only enough to bring the
+//     queue up to eventBuffers, and replaces each predecessor's buffer
+//     that comes back with one of its own, so any number of Opens fit.
+//   - A QP moved to RESET restarts its producer counters at 0, as the
+//     device zeroes its doorbell record.
 package guestdriver

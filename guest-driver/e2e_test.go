@@ -45,11 +45,11 @@ func TestE2EPortAndGIDs(t *testing.T) {
 		t.Fatalf("GID 3 %+v %v", e, err)
 	}
 	// Another tenant cannot capture a GID this one holds, nor replace
-	// the device's own.
+	// the device's own; link-local GIDs are the devices' alone.
 	if err := b.drv.AddGID(ctx, 1, extra); !errors.Is(err, abi.StatusBusy) {
 		t.Fatalf("B adding A's GID: %v", err)
 	}
-	if err := b.drv.AddGID(ctx, 1, a.drv.GID()); !errors.Is(err, abi.StatusBusy) {
+	if err := b.drv.AddGID(ctx, 1, a.drv.GID()); !errors.Is(err, abi.StatusPermission) {
 		t.Fatalf("B adding A's device GID: %v", err)
 	}
 	if err := a.drv.AddGID(ctx, 0, extra); err == nil {
@@ -726,4 +726,53 @@ func TestE2ECQOverflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkWC(t, pollOne(t, a.scq), 9, abi.WCRDMAWrite, abi.WCSuccess)
+}
+
+// TestE2EResetRestartsCounters: MODIFY_QP to RESET empties both rings
+// (the device zeroes the QP's doorbell record), so the driver starts
+// counting again at 0. After RESET and a new connection, one SEND is one
+// message: none of the three posted before the reset is sent again.
+func TestE2EResetRestartsCounters(t *testing.T) {
+	a, b := newPair(t, endOpts{})
+	ctx := testCtx(t)
+	recvs := func(n int, base uint64) {
+		t.Helper()
+		for i := range n {
+			if err := b.qp.PostRecv(RecvWR{WRID: base + uint64(i), SGL: []abi.SGE{b.mr.SGE(uint64(i)*64, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	recvs(4, 100)
+	for i := range 3 {
+		if err := a.qp.PostSend(SendWR{WRID: uint64(i), Opcode: abi.WRSend, Inline: []byte{byte(i)}, Signaled: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pollN(t, a.scq, 3)
+	pollN(t, b.rcq, 3)
+	for _, e := range []*end{a, b} {
+		if err := e.qp.Modify(ctx, abi.QPAttrState, abi.QPAttr{State: abi.QPStateReset}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.qp.ConnectTo(ctx, b.d.GID(), b.qp.Num()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.ConnectTo(ctx, a.d.GID(), a.qp.Num()); err != nil {
+		t.Fatal(err)
+	}
+	recvs(8, 200)
+	if err := a.qp.PostSend(SendWR{WRID: 9, Opcode: abi.WRSend, Inline: []byte{9}, Signaled: true}); err != nil {
+		t.Fatal(err)
+	}
+	checkWC(t, pollOne(t, a.scq), 9, abi.WCSend, abi.WCSuccess)
+	if wc := pollOne(t, b.rcq); wc.WRID != 200 || wc.Status != abi.WCSuccess || wc.ByteLen != 1 {
+		t.Fatalf("receive after reset: %s", fmtWCs([]WC{wc}))
+	}
+	if got := b.buf.Bytes()[0]; got != 9 {
+		t.Fatalf("received %d, want 9", got)
+	}
+	expectNoWC(t, a.scq, 50*time.Millisecond)
+	expectNoWC(t, b.rcq, 50*time.Millisecond)
 }

@@ -16,6 +16,14 @@ import (
 // so the device always has somewhere to write, and routes the event: CQ
 // notifications to their CQ (CQ.Wait), everything else to a bounded queue
 // that WaitEvent reads.
+//
+// A driver cannot take back the buffers it posted, so those of a closed
+// Device stay posted for the next one on the transport. Open tops the
+// queue up to eventBuffers rather than adding eventBuffers each time
+// (which would fill the queue after a few Opens). Its area has room for
+// eventBuffers records anyway: each predecessor's buffer that comes back
+// is read, not re-posted (it is not this Device's memory), and one of the
+// spare records takes its place.
 
 const (
 	// eventBuffers is how many event records stay posted. The device
@@ -28,8 +36,11 @@ const (
 )
 
 type eventPump struct {
-	d      *Device
-	area   Buffer // eventBuffers records of abi.EventSize bytes
+	d    *Device
+	area Buffer // eventBuffers records of abi.EventSize bytes
+	// spare are the records of area not posted yet, each waiting for a
+	// predecessor's buffer to come back. Only the pump touches it.
+	spare  []Buffer
 	async  chan abi.Event
 	lost   atomic.Uint64
 	bad    atomic.Uint64
@@ -39,8 +50,13 @@ type eventPump struct {
 	once   sync.Once
 }
 
-// startEvents posts the event buffers and starts the pump.
+// startEvents tops the posted event buffers up to eventBuffers and starts
+// the pump.
 func startEvents(d *Device) (*eventPump, error) {
+	posted, err := d.t.PostedEventBuffers()
+	if err != nil {
+		return nil, err
+	}
 	area, err := d.mem.alloc(eventBuffers*abi.EventSize, abi.EventSize)
 	if err != nil {
 		return nil, fmt.Errorf("guestdriver: event buffers: %w", err)
@@ -49,11 +65,15 @@ func startEvents(d *Device) (*eventPump, error) {
 	for i := range bufs {
 		bufs[i], _ = area.Slice(uint64(i)*abi.EventSize, abi.EventSize)
 	}
-	if err := d.t.PostEventBuffers(bufs...); err != nil {
-		return nil, err
+	n := max(eventBuffers-posted, 0)
+	if n > 0 {
+		if err := d.t.PostEventBuffers(bufs[:n]...); err != nil {
+			return nil, err
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &eventPump{d: d, area: area, async: make(chan abi.Event, asyncBacklog), cancel: cancel, done: make(chan struct{})}
+	p := &eventPump{d: d, area: area, spare: bufs[n:], async: make(chan abi.Event, asyncBacklog),
+		cancel: cancel, done: make(chan struct{})}
 	go p.run(ctx)
 	return p, nil
 }
@@ -102,7 +122,8 @@ func (p *eventPump) fail(ctx context.Context, err error) {
 
 // handle decodes one filled buffer, re-posts it if it is one of ours (a
 // buffer a previous driver of this device posted is read but not
-// re-posted), and routes the event.
+// re-posted: a spare record of ours, if any is left, takes its place),
+// and routes the event.
 func (p *eventPump) handle(buf Buffer, n uint32) {
 	var ev abi.Event
 	var decodeErr error
@@ -115,6 +136,12 @@ func (p *eventPump) handle(buf Buffer, n uint32) {
 		slot, _ := p.area.Slice(off, abi.EventSize)
 		if err := p.d.t.PostEventBuffers(slot); err != nil {
 			p.d.log.Debug("re-posting an event buffer", "err", err)
+		}
+	} else if k := len(p.spare) - 1; k >= 0 {
+		if err := p.d.t.PostEventBuffers(p.spare[k]); err != nil {
+			p.d.log.Debug("posting a spare event buffer", "err", err)
+		} else {
+			p.spare = p.spare[:k]
 		}
 	}
 	if decodeErr != nil {

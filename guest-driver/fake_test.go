@@ -135,6 +135,12 @@ func (f *fakeTransport) PostEventBuffers(bufs ...Buffer) error {
 	return nil
 }
 
+func (f *fakeTransport) PostedEventBuffers() (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.posted) + len(f.used), nil
+}
+
 func (f *fakeTransport) TakeEvent() (Buffer, uint32, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

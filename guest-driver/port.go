@@ -27,9 +27,11 @@ func (d *Device) QueryGID(ctx context.Context, index uint32) (abi.GIDEntry, erro
 }
 
 // AddGID installs gid at index (1..max_gid-1) of port Port's GID table
-// (ADD_GID). The device registers it on the fabric, so traffic to it
+// (ADD_GID): one of the guest's routable addresses, as RoCEv2 GIDs are IP
+// addresses. The device registers it on the fabric, so traffic to it
 // reaches this device; a GID another device holds is refused
-// (abi.StatusBusy).
+// (abi.StatusBusy), and so is a link-local one (fe80::/10, the devices'
+// own: abi.StatusPermission).
 func (d *Device) AddGID(ctx context.Context, index uint32, gid abi.GID) error {
 	return d.call(ctx, abi.OpAddGID, &abi.AddGIDReq{Port: Port, Index: index, GID: gid}, nil)
 }

@@ -163,8 +163,20 @@ func (qp *QP) DoorbellRecord() guestmem.View { return qp.rec }
 // Modify changes the QP's state and attributes (MODIFY_QP); mask selects
 // which fields of attr apply. The device checks the transition against
 // the IB state machine (abi.StatusBadState, abi.StatusInvalidArgument).
+// A move to RESET empties both rings: the device zeroes the QP's doorbell
+// record, and the driver starts its counters again at 0 to match (else
+// its next post would hand the device the old WQEs too). Posting while
+// such a Modify runs is a caller's race, as in IB.
 func (qp *QP) Modify(ctx context.Context, mask abi.QPAttrMask, attr abi.QPAttr) error {
-	return qp.pd.d.call(ctx, abi.OpModifyQP, &abi.ModifyQPReq{QPN: qp.qpn, AttrMask: mask, Attr: attr}, nil)
+	err := qp.pd.d.call(ctx, abi.OpModifyQP, &abi.ModifyQPReq{QPN: qp.qpn, AttrMask: mask, Attr: attr}, nil)
+	if err == nil && mask&abi.QPAttrState != 0 && attr.State == abi.QPStateReset {
+		for _, wq := range []*workQueue{&qp.sq, &qp.rq} {
+			wq.mu.Lock()
+			wq.prod, wq.cons = 0, 0
+			wq.mu.Unlock()
+		}
+	}
+	return err
 }
 
 // Query returns the QP's attributes and capabilities (QUERY_QP).

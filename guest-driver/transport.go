@@ -36,6 +36,12 @@ type Transport interface {
 	// PostEventBuffers makes each buffer available to the device on
 	// abi.QueueEvent, device-writable, one chain per buffer.
 	PostEventBuffers(bufs ...Buffer) error
+	// PostedEventBuffers is the number of buffers posted on
+	// abi.QueueEvent (by any driver since the queue was set up) that
+	// TakeEvent has not returned yet, filled or not. Open reads it so
+	// that it posts only what its predecessors' buffers do not cover:
+	// a virtio driver cannot take back a buffer it posted.
+	PostedEventBuffers() (int, error)
 	// TakeEvent returns the next event buffer the device filled (the
 	// posted buffer, as far as the transport knows it, and the bytes the
 	// device wrote); ok is false when there is none.

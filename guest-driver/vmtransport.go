@@ -107,6 +107,18 @@ func (t *VMTransport) PostEventBuffers(bufs ...Buffer) error {
 	return nil
 }
 
+// PostedEventBuffers implements Transport: every outstanding chain on the
+// event queue is one buffer (PostWritable posts one-descriptor chains).
+// Meaningful while no other goroutine posts or takes event buffers, as
+// when Open calls it.
+func (t *VMTransport) PostedEventBuffers() (int, error) {
+	q := t.vm.Queue(abi.QueueEvent)
+	if q == nil {
+		return 0, fmt.Errorf("guestdriver: event queue is not set up")
+	}
+	return int(q.Size()) - q.NumFree(), nil
+}
+
 // TakeEvent implements Transport.
 func (t *VMTransport) TakeEvent() (Buffer, uint32, bool, error) {
 	vb, written, ok, err := t.vm.TakeUsed(abi.QueueEvent)
