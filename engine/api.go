@@ -65,7 +65,11 @@ type QPSpec struct {
 	RQAddr        uint64
 }
 
-// Stats are the engine's counters.
+// Stats are the engine's counters. Sleeps counts the times the engine
+// goroutine blocked (a retry timer or idle poll that finds nothing to do
+// blocks it again without waking it), Wakeups the times it left the idle
+// state. CQOverflows counts CQs that overflowed (not those that lost their
+// ring or record, which also raise CQ_ERR).
 type Stats struct {
 	WQEs, CQEs, ErrorCQEs    uint64
 	BytesSent, BytesReceived uint64
@@ -131,8 +135,10 @@ func (e *Engine) Reset() { e.reset() }
 // its own. Zero (the default) means never: the driver follows the wake-up
 // protocol and kicks abi.QueueWakeup. A driver that did not negotiate
 // abi.FeatureIdleWakeup never kicks, so the device sets a short period
-// for it: such a guest costs a wake-up per period while idle and sees at
-// most that much extra latency on its first doorbell after idling.
+// for it. The period doubles with every rescan that finds nothing, up to
+// 16 times d, so such a guest costs a few wake-ups a second while idle and
+// sees at most 16*d of extra latency on its first doorbell after a long
+// idle spell (d just after it went quiet).
 func (e *Engine) SetIdlePoll(d time.Duration) {
 	e.idlePoll.Store(max(int64(d), 0))
 	e.kick()

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/vstellar/vstellar/guestmem"
@@ -34,12 +35,15 @@ type cq struct {
 	broken bool   // overflowed or lost its ring: completions are dropped
 }
 
-// push writes one CQE. solicited says whether the completion asks for a
-// solicited event (a SEND with the SOLICITED flag); an error completion
-// always counts as solicited. On overflow the CQ goes into error and its
-// QPs to ERR; the completion is lost, as on hardware.
-func (e *Engine) push(c *cq, cqe *abi.CQE, solicited bool) {
-	notify, overflow := e.pushLocked(c, cqe, solicited)
+// push writes one CQE of QP q into c (q's send or receive CQ). solicited
+// says whether the completion asks for a solicited event (a SEND with the
+// SOLICITED flag); an error completion always counts as solicited. On
+// overflow the CQ goes into error and its QPs to ERR; the completion is
+// lost, as on hardware. A CQ already in error loses the completion too,
+// and q goes to ERR: no QP may go on working while its completions
+// vanish.
+func (e *Engine) push(q *qp, c *cq, cqe *abi.CQE, solicited bool) {
+	notify, overflow, lost := e.pushLocked(c, cqe, solicited)
 	if cqe.Status != abi.WCSuccess {
 		e.st.errorCQEs.Add(1)
 	}
@@ -47,25 +51,29 @@ func (e *Engine) push(c *cq, cqe *abi.CQE, solicited bool) {
 		e.event(abi.EventCQComp, c.cqn, 0)
 	}
 	if overflow {
+		e.st.cqOverflows.Add(1)
 		e.cqFailed(c, "overflow")
+	}
+	if lost {
+		e.qpFailed(q, abi.WCFatalErr)
 	}
 }
 
 // pushLocked does the part of push that needs the CQ's lock. The unlock
 // is deferred so that a fault on guest memory (recovered further up)
 // cannot leave the CQ locked.
-func (e *Engine) pushLocked(c *cq, cqe *abi.CQE, solicited bool) (notify, overflow bool) {
+func (e *Engine) pushLocked(c *cq, cqe *abi.CQE, solicited bool) (notify, overflow, lost bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.broken || !c.ringOK || !c.recOK {
-		return false, false
+		return false, false, true
 	}
 	// A driver that reports more consumed than produced has a bogus cons:
 	// prod-cons wraps to a huge number and counts as an overflow too.
 	cons := c.rec.LoadUint32Acquire(abi.CQDoorbellOffCons)
 	if c.prod-cons >= c.entries {
 		c.broken = true
-		return false, true
+		return false, true, true
 	}
 	off := uint64(c.prod&(c.entries-1)) * abi.CQESize
 	cqe.Put(c.ring.Bytes()[off : off+abi.CQESize])
@@ -82,14 +90,14 @@ func (e *Engine) pushLocked(c *cq, cqe *abi.CQE, solicited bool) (notify, overfl
 		c.rec.StoreUint32Release(abi.CQDoorbellOffArmAck, sn)
 		notify = true
 	}
-	return notify, false
+	return notify, false, false
 }
 
-// cqFailed reports a CQ that can no longer take completions and moves
-// every QP bound to it to ERR: their completions would be lost, so the
-// guest must learn that they are broken.
+// cqFailed reports a CQ that can no longer take completions (why: it
+// overflowed, lost its ring or its doorbell record) and moves every QP
+// bound to it to ERR: their completions would be lost, so the guest must
+// learn that they are broken.
 func (e *Engine) cqFailed(c *cq, why string) {
-	e.st.cqOverflows.Add(1)
 	e.log.Warn("CQ in error", "cqn", c.cqn, "reason", why)
 	e.event(abi.EventCQErr, c.cqn, 0)
 	for _, q := range *e.live.Load() {
@@ -97,6 +105,13 @@ func (e *Engine) cqFailed(c *cq, why string) {
 			e.qpFailed(q, abi.WCFatalErr)
 		}
 	}
+}
+
+// isBroken reports whether c can no longer take completions.
+func (c *cq) isBroken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.broken
 }
 
 // createCQ implements CreateCQ. Caller holds nothing.
@@ -123,7 +138,10 @@ func (e *Engine) createCQ(s CQSpec) error {
 	if e.running {
 		// The engine is running, but it only reaches this CQ through a QP
 		// created later, after this CQ is published: no gate needed.
-		e.bindCQRecord(c)
+		if err := touchGuest(fmt.Sprintf("cq %d: doorbell record", s.CQN), func() { e.bindCQRecord(c) }); err != nil {
+			e.memoryFaulted(err.Error())
+			return err
+		}
 	}
 	e.dbUsed[s.Doorbell] = true
 	e.cqs[s.CQN-1].Store(c)
@@ -140,7 +158,12 @@ func (e *Engine) bindCQRecord(c *cq) {
 	rec, ok := e.record(c.dbIndex)
 	c.rec, c.recOK = rec, ok
 	if !ok {
-		c.broken = true
+		// A layout with fewer records than the last one: the CQ cannot
+		// work, and its QPs must not go on without it.
+		if !c.broken {
+			c.broken = true
+			e.cqFailed(c, "doorbell record outside the layout")
+		}
 		return
 	}
 	if !c.started {
@@ -180,17 +203,29 @@ func (e *Engine) resizeCQ(cqn, entries uint32, ringAddr uint64) error {
 	if !c.recOK || !c.ringOK {
 		return statusErr(abi.StatusBadState, "cq %d has no usable ring or doorbell", cqn)
 	}
-	cons := c.rec.LoadUint32Acquire(abi.CQDoorbellOffCons)
-	used := c.prod - cons
+	var used uint32
+	err = touchGuest(fmt.Sprintf("cq %d: resize", cqn), func() {
+		cons := c.rec.LoadUint32Acquire(abi.CQDoorbellOffCons)
+		used = c.prod - cons
+		if used > c.entries || used > entries {
+			return
+		}
+		old := c.ring.Bytes()
+		nw := ring.Bytes()
+		for i := cons; i != c.prod; i++ {
+			so := uint64(i&(c.entries-1)) * abi.CQESize
+			do := uint64(i&(entries-1)) * abi.CQESize
+			copy(nw[do:do+abi.CQESize], old[so:so+abi.CQESize])
+		}
+	})
+	if err != nil {
+		// The CQ keeps its old ring; the device is as broken as the
+		// data path would find it.
+		e.memoryFaulted(err.Error())
+		return err
+	}
 	if used > c.entries || used > entries {
 		return statusErr(abi.StatusInvalidArgument, "cq %d: %d unconsumed CQEs do not fit %d entries", cqn, used, entries)
-	}
-	old := c.ring.Bytes()
-	nw := ring.Bytes()
-	for i := cons; i != c.prod; i++ {
-		so := uint64(i&(c.entries-1)) * abi.CQESize
-		do := uint64(i&(entries-1)) * abi.CQESize
-		copy(nw[do:do+abi.CQESize], old[so:so+abi.CQESize])
 	}
 	c.ring, c.entries, c.addr = ring, entries, ringAddr
 	return nil

@@ -14,47 +14,66 @@
 // again).
 //
 // Locking (see Engine): the engine goroutine holds a gate shared for one
-// pass over its QPs; a responder only tries it and answers
-// fabric.OutcomeRetry when a control change holds it, because blocking on
-// our lock from another device's goroutine could deadlock two devices (or
-// one device talking to itself). Changes that take something away from
-// the data path (Stop, SetMemory, Reset, DestroyQP/CQ, ResizeCQ, RESET of
-// a QP) take the gate exclusively; creations publish through atomic
-// pointers and QP attributes are immutable snapshots, so setup never
-// stalls running traffic. No lock is held across fabric.Post.
+// pass over its QPs, fabric.Post included: on purpose, because the
+// requester's memory (its SGEs' views) must stay mapped while the
+// responder copies from or into it. Changes that take something away
+// from the data path (Stop, SetMemory, Reset, DestroyQP/CQ, ResizeCQ,
+// RESET of a QP) take the gate exclusively, once no request of theirs is
+// in flight; creations publish through atomic pointers and QP attributes
+// are immutable snapshots, so setup never stalls running traffic.
+// Freedom from deadlock rests on two rules: a responder only tries the
+// gate (and answers fabric.OutcomeRetry when a control change holds or
+// waits for it), since it runs on another device's goroutine, or on our
+// own for a loopback request, and blocking there could deadlock two
+// devices or one device with itself; and nothing inside a pass blocks on
+// the gate shared a second time (a reader that blocks behind a waiting
+// writer while it already holds the lock deadlocks with that writer).
 //
 // Requester: stop and wait, one request per QP in flight. The head WQE is
 // copied out of the ring, decoded, its SGEs translated (again on every
 // retry: keys may have been deregistered meanwhile) and posted; a payload
 // is copied exactly once, by the responder, from one guest's memory into
-// the other's. RNR keeps the WQE at the head and retries after the QP's
-// min_rnr_timer up to rnr_retry (7: for ever); OutcomeRetry and
-// OutcomeUnreachable retry after the QP's timeout up to retry_cnt. Every
-// other failure completes the WQE with the matching IB status.
+// the other's. RNR keeps the WQE at the head and retries after the
+// responder's min_rnr_timer, which the RNR NAK carries
+// (fabric.Request.RNRTimer), up to rnr_retry (7: for ever; after seven
+// NAKs of one WQE at least 1 ms apart, so that a QP waiting for ever
+// costs next to nothing); OutcomeRetry and OutcomeUnreachable retry after
+// the QP's timeout up to retry_cnt. Every other failure completes the WQE
+// with the matching IB status.
 //
 // Errors: any error completion moves the QP to ERR; the engine then
 // flushes every outstanding and newly posted WQE of both queues with
 // WR_FLUSH_ERR. A move to ERR the data path caused raises one event:
 // QP_REQ_ERR (peer rejected the request), QP_ACCESS_ERR (remote access
 // error) or QP_FATAL (everything else; Info carries the WCStatus). A CQ
-// that overflows raises CQ_ERR and takes its QPs to ERR. A fault on guest
+// that overflows, or loses its ring or doorbell record, raises CQ_ERR and
+// takes its QPs to ERR; no QP is created on a CQ in error, and a QP that
+// completes into one goes to ERR. A fault on guest
 // memory (the guest truncated its memory file) is recovered: the device
 // stops touching guest memory and its QPs go to ERR; other devices are
-// unaffected.
+// unaffected. The control path touches guest memory too (doorbell
+// records at Start and creation, RESET, ResizeCQ) and guards it the same
+// way: the call fails with StatusBadAddress.
 //
 // Doorbells and idling: while there is work the engine polls the doorbell
-// records of its live QPs. After a spell with no work (spinFor, yielding
-// the processor between polls) it sets abi.EngineIdle in the doorbell
-// region's device page, scans once more, and sleeps until Wake (the
-// driver's kick on abi.QueueWakeup), a completion from the fabric, or a
-// retry timer. So an idle device costs no CPU and a busy one never waits
-// for a kick. See docs/spec.md, "Doorbell wake-up protocol".
+// records of its live QPs. After a spell with no progress (spinFor,
+// yielding the processor between polls; a retry that only ends in another
+// RNR NAK or transport retry is not progress) it sets abi.EngineIdle in
+// the doorbell region's device page, scans once more, and sleeps until
+// Wake (the driver's kick on abi.QueueWakeup), a completion from the
+// fabric, or a control change. A retry deadline or the idle poll
+// (SetIdlePoll) wakes it only to scan with EngineIdle still set; unless
+// that scan makes progress it sleeps again at once. So an idle device
+// costs no CPU, a waiting QP or a polling device little, and a busy one
+// never waits for a kick. See docs/spec.md, "Doorbell wake-up protocol".
 //
 // Invariants:
 //   - Every guest-supplied number (ring indices, WQE fields, SGEs, keys,
 //     QPNs) is checked before use; a bad WQE completes with an error
 //     status and moves only its QP to ERR.
 //   - A WQE is copied out of guest memory before it is decoded.
+//   - A control call that fails changes nothing (a MODIFY_QP that loses
+//     to the data path's move to ERR takes its attributes back).
 //   - Guest memory is touched only between Start and Stop, and never
 //     through views older than the last SetMemory.
 //   - An RC QP serves only the peer it is connected to (AV dgid and

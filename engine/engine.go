@@ -17,15 +17,19 @@ import (
 // Respond, Wake and Stats). gate separates the data path from control
 // changes that take something away from it (guest memory, the doorbell
 // region, a QP or CQ, a ring): the engine goroutine holds gate shared for
-// one pass over its QPs, a responder tries it shared for one request (and
-// answers fabric.OutcomeRetry rather than wait, because a responder runs
-// on another device's goroutine and must never block on us), and the
-// control path takes it exclusively for those changes. Creating objects
-// and most QP modifications do not need it: objects are published through
+// one pass over its QPs, and so across fabric.Post, on purpose: the
+// requester's memory stays mapped while the responder copies. A responder
+// tries it shared for one request (and answers fabric.OutcomeRetry rather
+// than wait, because a responder runs on another device's goroutine, or
+// on our own for a loopback request, and must never block on us), and the
+// control path takes it exclusively for those changes (lockQuiet, with
+// no request in flight). That responders only try the gate, and that
+// nothing inside a pass read-locks it a second time, is what keeps a
+// waiting writer from deadlocking with a reader. Creating objects and
+// most QP modifications do not need it: objects are published through
 // atomic pointers and QP attributes are immutable snapshots, so the data
 // path of other QPs never stalls on setup work. Lock order: mu, gate,
-// qp.rmu, cq.mu. No lock is ever held across fabric.Post, so a request
-// looping back into this very engine cannot deadlock.
+// qp.rmu, cq.mu; rmu and cq.mu are never held across fabric.Post.
 type Engine struct {
 	cfg    Config
 	log    *slog.Logger
@@ -59,6 +63,14 @@ type Engine struct {
 	idlePoll atomic.Int64 // if > 0, a sleeping engine rescans this often (ns): see SetIdlePoll
 	broken   atomic.Bool  // guest memory faulted: stop touching it until Start/SetMemory/Reset
 	epoch    time.Time
+
+	// Test hooks (set under mu by export_test.go only; nil otherwise).
+	// beforeStateCAS runs in ModifyQP between the check of the current
+	// state and the compare-and-swap to the new one: the window in which
+	// the data path may move the QP to ERR. quiet runs when lockQuiet
+	// holds the gate with nothing in flight.
+	beforeStateCAS func(qpn uint32)
+	quiet          func()
 
 	st stats
 }

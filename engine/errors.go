@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/vstellar/vstellar/virtio/abi"
 )
@@ -31,4 +32,25 @@ func isMemoryFault(r any) bool {
 	}
 	var addr interface{ Addr() uintptr }
 	return errors.As(re, &addr)
+}
+
+// touchGuest runs fn, which touches guest memory (the doorbell region,
+// rings) from a control-path goroutine, with a memory fault turned into
+// an error wrapping abi.StatusBadAddress instead of a crash of the whole
+// daemon: a front-end may truncate the memory file under us at any time.
+// The goroutine's previous fault setting is restored. fn must leave
+// nothing half-done that matters when it is cut short (locks it takes
+// are unlocked by defer).
+func touchGuest(what string, fn func()) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if !isMemoryFault(r) {
+				panic(r)
+			}
+			err = statusErr(abi.StatusBadAddress, "%s: guest memory fault: %v", what, r)
+		}
+	}()
+	fn()
+	return nil
 }

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
-
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -30,18 +28,22 @@ func (e *Engine) flushQP(q *qp) (work bool) {
 			if prod == q.sqCons || prod-q.sqCons > q.sqSize {
 				break
 			}
-			// Only wr_id and opcode matter; read them from a copy.
-			var hdr [9]byte
+			// Only wr_id and opcode matter; decode them from a copy (into
+			// wqeBuf, free while there is no head). The WQE is flushed
+			// whether it is valid or not: the decoder fills the header
+			// fields either way.
 			off := uint64(q.sqCons&(q.sqSize-1)) * uint64(q.sqStride)
-			copy(hdr[:], q.sq.Bytes()[off:])
-			cqe = abi.CQE{WRID: binary.LittleEndian.Uint64(hdr[:]), Opcode: abi.WCSend}
-			if op := abi.WROpcode(hdr[8]); op.Valid() {
-				cqe.Opcode = abi.WCOpcodeFor(op)
+			copy(q.wqeBuf.Bytes(), q.sq.Bytes()[off:off+uint64(q.sqStride)])
+			w, _ := abi.DecodeSendWQE(q.wqeBuf.Bytes(), q.maxSendSGE, q.maxInline)
+			cqe = abi.CQE{WRID: w.WRID, Opcode: abi.WCSend}
+			if w.Opcode.Valid() {
+				cqe.Opcode = abi.WCOpcodeFor(w.Opcode)
 			}
 		}
 		cqe.Status, cqe.QPN = abi.WCWRFlushErr, q.qpn
-		e.push(q.scq, &cqe, false)
-		q.head, q.waitUntil = false, 0
+		e.push(q, q.scq, &cqe, false)
+		q.setHead(false)
+		q.waitUntil = 0
 		q.sqCons++
 		q.rec.StoreUint32Release(abi.QPDoorbellOffSQCons, q.sqCons)
 		work = true
@@ -62,11 +64,12 @@ func (e *Engine) flushRQ(q *qp) (work bool) {
 		if prod == q.rqCons || prod-q.rqCons > q.rqSize {
 			break
 		}
-		var hdr [8]byte
+		// As for the SQ: wr_id from a decoded copy, valid WQE or not.
 		off := uint64(q.rqCons&(q.rqSize-1)) * uint64(q.rqStride)
-		copy(hdr[:], q.rq.Bytes()[off:])
-		cqe := abi.CQE{WRID: binary.LittleEndian.Uint64(hdr[:]), Status: abi.WCWRFlushErr, Opcode: abi.WCRecv, QPN: q.qpn}
-		e.push(q.rcq, &cqe, false)
+		copy(q.rbuf, q.rq.Bytes()[off:off+uint64(q.rqStride)])
+		w, _ := abi.DecodeRecvWQE(q.rbuf, q.maxRecvSGE)
+		cqe := abi.CQE{WRID: w.WRID, Status: abi.WCWRFlushErr, Opcode: abi.WCRecv, QPN: q.qpn}
+		e.push(q, q.rcq, &cqe, false)
 		q.rqCons++
 		q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
 		work = true

@@ -22,6 +22,39 @@ func TestTimers(t *testing.T) {
 	if rnrDelay(0) != 655360*time.Microsecond || rnrDelay(1) != 10*time.Microsecond || rnrDelay(31) != 491520*time.Microsecond {
 		t.Error("rnrDelay does not follow RNRTimerMicros")
 	}
+	// Exact for every finite rnr_retry, then at least rnrSlowFloor.
+	for n := uint32(1); n <= 7; n++ {
+		if got := rnrWait(1, n); got != 10*time.Microsecond {
+			t.Errorf("rnrWait(1, %d) = %v", n, got)
+		}
+	}
+	if got := rnrWait(1, 8); got != rnrSlowFloor {
+		t.Errorf("rnrWait(1, 8) = %v", got)
+	}
+	if got := rnrWait(0, 1000); got != 655360*time.Microsecond {
+		t.Errorf("rnrWait(0, 1000) = %v: the floor must not shorten a long timer", got)
+	}
+}
+
+// TestOpcodeOutsideTheEngine: a send opcode the engine does not carry (an
+// ABI newer than the engine) completes with LOC_QP_OP_ERR instead of
+// indexing past a table and taking the daemon down; every opcode the ABI
+// defines today maps.
+func TestOpcodeOutsideTheEngine(t *testing.T) {
+	for op := abi.WROpcode(0); op.Valid(); op++ {
+		if _, ok := fabricOp(op); !ok {
+			t.Errorf("%v has no fabric operation", op)
+		}
+	}
+	e := newEngine(Config{Name: "t"})
+	q := &qp{e: e}
+	q.attr.Store(&abi.QPAttr{})
+	for _, op := range []abi.WROpcode{7, 100, 255} {
+		q.wqe = abi.SendWQE{Opcode: op}
+		if st := e.buildRequest(q); st != abi.WCLocQPOpErr {
+			t.Errorf("opcode %d: %v", op, st)
+		}
+	}
 }
 
 func TestCopyViews(t *testing.T) {

@@ -8,7 +8,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vstellar/vstellar/engine"
 	"github.com/vstellar/vstellar/engine/enginetest"
+	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -159,5 +161,109 @@ func TestFaultyDeviceIsolated(t *testing.T) {
 	}
 	if !bytes.Equal(yd.Bytes(), xs.Bytes()) {
 		t.Fatal("data differs")
+	}
+}
+
+// memfdRegion maps a fresh memfd of n bytes, as a front-end's doorbell
+// region in the guest-RAM fallback mode is; truncate cuts it under the
+// mapping.
+func memfdRegion(t *testing.T, n uint64) (m *guestmem.Mapping, truncate func()) {
+	t.Helper()
+	fd, err := unix.MemfdCreate("doorbells", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		t.Fatal(err)
+	}
+	m, err = guestmem.Map(fd, 0, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Unmap() })
+	return m, func() {
+		if err := unix.Ftruncate(fd, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestStartOnTruncatedDoorbellRegion: Start writes the doorbell records
+// and the device page on the caller's goroutine; a region whose file the
+// front-end truncated makes Start fail with BAD_ADDRESS instead of
+// killing the process, and leaves the engine stopped and usable.
+func TestStartOnTruncatedDoorbellRegion(t *testing.T) {
+	p := newPair(t, enginetest.DefaultConn, enginetest.QPOpts{})
+	// A device that was never started has its records zeroed at Start,
+	// one that was has them rewritten: both write.
+	fresh := engine.New(engine.Config{Name: "fresh", Limits: enginetest.Limits, MTT: p.a.MTT, GID: p.a.GID})
+	if err := fresh.SetMemory(p.a.Mem); err != nil {
+		t.Fatal(err)
+	}
+	ring := p.a.Alloc(16*abi.CQESize, abi.CQESize)
+	if err := fresh.CreateCQ(engine.CQSpec{CQN: 1, Doorbell: enginetest.Limits.MaxQP, RingAddr: ring, Entries: 16}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*engine.Engine{p.a.Eng, fresh} {
+		if e == p.a.Eng {
+			e.Stop()
+		}
+		m, truncate := memfdRegion(t, p.a.Layout.Size())
+		truncate()
+		wantStatus(t, "start on a truncated region", e.Start(p.a.Mem, m.View(), p.a.Layout), abi.StatusBadAddress)
+		// Nothing half-started: the gate is free (Stop and Start would
+		// hang otherwise) and a good region works.
+		e.Stop()
+		if e == fresh {
+			continue
+		}
+		if err := e.Start(p.a.Mem, p.a.DB.View(), p.a.Layout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := p.a.NewBuf(pd, 0, 8)
+	dst := p.b.NewBuf(pd, abi.AccessAll, 8)
+	p.qa.PostSend(abi.SendWQE{WRID: 1, Opcode: abi.WRRDMAWrite, Flags: abi.SendSignaled, RemoteAddr: dst.GPA, RKey: dst.Key}, []abi.SGE{src.SGE(0, 8)}, nil)
+	expect(t, p.ca.Wait(), 1, abi.WCSuccess, abi.WCRDMAWrite)
+}
+
+// TestControlPathOnTruncatedDoorbellRegion: with the doorbell region
+// truncated under a running device, the control-path writes into it
+// (a new CQ's or QP's record) fail with BAD_ADDRESS; the process
+// survives, the device is broken (its QPs in ERR, RESET still works)
+// until it gets a region again.
+func TestControlPathOnTruncatedDoorbellRegion(t *testing.T) {
+	g := enginetest.NewGuest(t, newFabric(), "g", enginetest.Options{})
+	cq := g.CreateCQ(16)
+	q := g.CreateQP(pd, cq, cq, enginetest.QPOpts{})
+	q.ToRTS(g.GID, 60, enginetest.DefaultConn)
+	g.Eng.Stop()
+	m, truncate := memfdRegion(t, g.Layout.Size())
+	if err := g.Eng.Start(g.Mem, m.View(), g.Layout); err != nil {
+		t.Fatal(err)
+	}
+	truncate()
+	ring := g.Alloc(16*abi.CQESize, abi.CQESize)
+	wantStatus(t, "create cq", g.Eng.CreateCQ(engine.CQSpec{CQN: 9, Doorbell: enginetest.Limits.MaxQP + 8, RingAddr: ring, Entries: 16}), abi.StatusBadAddress)
+	wantStatus(t, "create qp", g.Eng.CreateQP(qpSpec(g, 30, cq.CQN, cq.CQN)), abi.StatusBadAddress)
+	g.WaitEvent(abi.EventQPFatal, q.QPN)
+	if err := g.Eng.ModifyQP(q.QPN, abi.QPAttrState, &abi.QPAttr{State: abi.QPStateReset}); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	if st := q.State(); st != abi.QPStateReset {
+		t.Fatalf("state %v", st)
+	}
+	// Refused creations left nothing behind: with a good region again the
+	// same numbers and records are free.
+	g.Eng.Stop()
+	if err := g.Eng.Start(g.Mem, g.DB.View(), g.Layout); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Eng.CreateCQ(engine.CQSpec{CQN: 9, Doorbell: enginetest.Limits.MaxQP + 8, RingAddr: ring, Entries: 16}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Eng.CreateQP(qpSpec(g, 30, cq.CQN, cq.CQN)); err != nil {
+		t.Fatal(err)
 	}
 }

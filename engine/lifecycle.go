@@ -31,22 +31,45 @@ func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.
 	if err != nil {
 		return statusErr(abi.StatusBadAddress, "device page: %v", err)
 	}
+	// Stopped: no pass runs and Stop left nothing in flight.
 	e.gate.Lock()
+	defer e.gate.Unlock()
 	e.db, e.page, e.layout = doorbells, page, layout
 	e.broken.Store(false)
 	e.rebindMemory(mem)
-	e.forEachCQ(e.bindCQRecord)
-	for _, q := range *e.live.Load() {
-		e.bindQPRecord(q)
+	// The doorbell region is guest memory in the fallback mode, and a
+	// front-end may have truncated it: a fault fails Start instead of
+	// killing the daemon.
+	err = touchGuest("start: doorbell region", func() {
+		e.forEachCQ(e.bindCQRecord)
+		for _, q := range *e.live.Load() {
+			e.bindQPRecord(q)
+		}
+		// A busy engine needs no kick; the flag is set again before
+		// sleeping.
+		page.StoreUint32Release(abi.DevPageOffEngineFlags, 0)
+	})
+	if err != nil {
+		e.log.Error("guest memory fault while starting", "err", err)
+		e.unbindRegion()
+		return err
 	}
-	// A busy engine needs no kick; the flag is set again before sleeping.
-	page.StoreUint32Release(abi.DevPageOffEngineFlags, 0)
 	e.running = true
 	e.stopCh = make(chan struct{})
 	e.done = make(chan struct{})
-	e.gate.Unlock()
+	// The goroutine's first pass waits for the gate.
 	go e.run(e.stopCh, e.done)
 	return nil
+}
+
+// unbindRegion forgets the doorbell region and every record in it.
+// Caller holds gate exclusively.
+func (e *Engine) unbindRegion() {
+	e.db, e.page = guestmem.View{}, guestmem.View{}
+	e.forEachCQ(func(c *cq) { c.rec, c.recOK = guestmem.View{}, false })
+	for _, q := range *e.live.Load() {
+		q.rec, q.recOK = guestmem.View{}, false
+	}
 }
 
 // stop implements Stop.
@@ -59,19 +82,13 @@ func (e *Engine) stop() {
 	close(e.stopCh)
 	<-e.done
 	e.sleeping.Store(false) // it may have left from its sleep
-	for _, q := range *e.live.Load() {
-		e.waitIdle(q)
-	}
-	// Exclusive gate: every responder still inside has left, and later
-	// ones see !running and answer OutcomeRetry.
-	e.gate.Lock()
+	// Exclusive gate with nothing in flight: every responder still
+	// inside has left, and later ones see !running and answer
+	// OutcomeRetry.
+	e.lockQuiet(nil)
+	defer e.gate.Unlock()
 	e.running = false
-	e.db, e.page = guestmem.View{}, guestmem.View{}
-	e.forEachCQ(func(c *cq) { c.rec, c.recOK = guestmem.View{}, false })
-	for _, q := range *e.live.Load() {
-		q.rec, q.recOK = guestmem.View{}, false
-	}
-	e.gate.Unlock()
+	e.unbindRegion()
 }
 
 // setMemory implements SetMemory.
@@ -81,11 +98,10 @@ func (e *Engine) setMemory(mem *guestmem.Table) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, q := range *e.live.Load() {
-		e.waitIdle(q)
-	}
-	e.gate.Lock()
+	e.lockQuiet(nil)
 	defer e.gate.Unlock()
+	// Nothing here touches guest memory (rings are only translated), so
+	// no fault guard is needed.
 	e.broken.Store(false)
 	e.rebindMemory(mem)
 	e.kick()
@@ -126,10 +142,7 @@ func (e *Engine) rebindMemory(mem *guestmem.Table) {
 func (e *Engine) reset() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, q := range *e.live.Load() {
-		e.waitIdle(q)
-	}
-	e.gate.Lock()
+	e.lockQuiet(nil)
 	old := *e.live.Load()
 	for i := range e.qps {
 		e.qps[i].Store(nil)
@@ -154,6 +167,46 @@ func (e *Engine) wake() {
 	case e.wakeCh <- struct{}{}:
 	default:
 	}
+}
+
+// lockQuiet takes the gate exclusively with no request in flight on the
+// fabric (which may still be copying from or into the requester's memory)
+// for QP only, or for any QP if only is nil. Waiting first and locking
+// second is not enough with an asynchronous fabric: a pass could post a
+// new request in between. So it checks again with the gate held, where no
+// pass runs and so nothing new is posted, and if something slipped in,
+// lets go and waits again. Caller holds mu.
+func (e *Engine) lockQuiet(only *qp) {
+	for {
+		e.gate.Lock()
+		busy := e.busyQP(only)
+		if busy == nil {
+			if e.quiet != nil {
+				e.quiet()
+			}
+			return
+		}
+		e.gate.Unlock()
+		e.waitIdle(busy)
+	}
+}
+
+// busyQP returns only (or, if only is nil, any QP) if it has a request in
+// flight (posted, not completed), else nil.
+func (e *Engine) busyQP(only *qp) *qp {
+	busy := func(q *qp) bool { return q.inflight.Load() && q.outcome.Load() == 0 }
+	if only != nil {
+		if busy(only) {
+			return only
+		}
+		return nil
+	}
+	for _, q := range *e.live.Load() {
+		if busy(q) {
+			return q
+		}
+	}
+	return nil
 }
 
 // sleepBriefly is the back-off of control-path waits for asynchronous

@@ -26,6 +26,12 @@ const (
 // spinFor after the last work (yielding the processor between polls), and
 // then sleeps following the doorbell wake-up protocol until Wake, a
 // completion, a retry timer or Stop.
+//
+// Only progress counts as work: a WQE fetched, completed or flushed, an
+// error handled. A retry that ends in another RNR NAK or transport retry
+// is not, so a QP retrying for ever (rnr_retry 7 against a peer that
+// never posts a receive) lets the engine sleep on the retry timer instead
+// of spinning; see sleep.
 func (e *Engine) run(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	// A guest that truncates its memory file under us makes our accesses
@@ -40,26 +46,36 @@ func (e *Engine) run(stop <-chan struct{}, done chan<- struct{}) {
 			return
 		default:
 		}
-		work, deadline := e.safePass()
+		// Retry deadlines need no handling here: each pass retries what is
+		// due, and sleep arms its timer for what is not.
+		work, _ := e.safePass()
 		now := e.now()
 		if work {
 			lastWork = now
 			continue
 		}
-		if now-lastWork < int64(spinFor) || (deadline != 0 && deadline-now < int64(spinFor)) {
+		if now-lastWork < int64(spinFor) {
 			runtime.Gosched()
 			continue
 		}
-		e.sleep(stop, timer, deadline)
+		e.sleep(stop, timer)
+		// sleep returns only for a reason to expect more work soon (a
+		// kick, a completion, work its scans found) or for Stop.
 		lastWork = e.now()
 	}
 }
 
 // sleep runs the engine's half of the wake-up protocol: announce
 // EngineIdle, scan once more (a doorbell rung before the driver could see
-// the flag is found here), and only then block. deadline (engine clock, 0
-// for none) is the earliest retry timer.
-func (e *Engine) sleep(stop <-chan struct{}, timer *time.Timer, deadline int64) {
+// the flag is found here), and only then block, with a timer for the
+// earliest retry deadline and the idle poll (SetIdlePoll). A timer that
+// fires is not a wake-up: the engine rescans with EngineIdle still
+// announced (so the protocol holds: a doorbell rung meanwhile is either
+// seen by the scan or kicked) and, finding nothing but more waiting, goes
+// straight back to sleep. It returns, clearing EngineIdle, once a scan
+// finds work, on a kick (Wake, a fabric completion, a control change) or
+// on Stop.
+func (e *Engine) sleep(stop <-chan struct{}, timer *time.Timer) {
 	e.sleeping.Store(true)
 	e.writePage(abi.EngineIdle, 0)
 	// Drop a wake-up left over from while the engine was busy: the scan
@@ -70,32 +86,48 @@ func (e *Engine) sleep(stop <-chan struct{}, timer *time.Timer, deadline int64) 
 	case <-e.wakeCh:
 	default:
 	}
-	work, d2 := e.safePass()
-	if work {
-		e.sleeping.Store(false)
-		e.writePage(0, 0)
-		return
-	}
-	if d2 != 0 && (deadline == 0 || d2 < deadline) {
-		deadline = d2
-	}
-	if p := e.idlePoll.Load(); p > 0 {
-		if poll := e.now() + p; deadline == 0 || poll < deadline {
+	for polls := 0; ; polls++ {
+		work, deadline := e.safePass()
+		if work {
+			break
+		}
+		if poll := e.nextIdlePoll(polls); poll != 0 && (deadline == 0 || poll < deadline) {
 			deadline = poll
 		}
+		if deadline != 0 {
+			timer.Reset(time.Duration(max(deadline-e.now(), 0)))
+		}
+		e.st.sleeps.Add(1)
+		fired := false
+		select {
+		case <-stop:
+		case <-e.wakeCh:
+		case <-timer.C:
+			fired = true
+		}
+		if !fired {
+			timer.Stop()
+			break
+		}
 	}
-	if deadline != 0 {
-		timer.Reset(time.Duration(max(deadline-e.now(), 0)))
-	}
-	e.st.sleeps.Add(1)
-	select {
-	case <-stop:
-	case <-e.wakeCh:
-	case <-timer.C:
-	}
-	timer.Stop()
 	e.sleeping.Store(false)
 	e.writePage(0, e.st.wakeups.Add(1))
+}
+
+// idlePollBackoff bounds the idle-poll back-off: the period doubles with
+// every rescan that finds nothing, up to 16 times the configured one.
+const idlePollBackoff = 4
+
+// nextIdlePoll returns when (engine clock) a sleeping engine next rescans
+// on its own, or 0 if it does not (SetIdlePoll). polls is the number of
+// rescans this sleep has already done for nothing: a device idle for long
+// is rescanned less and less often, so a thousand idle guests that never
+// kick cost little, while one that just went quiet is still found fast.
+func (e *Engine) nextIdlePoll(polls int) int64 {
+	if p := e.idlePoll.Load(); p > 0 {
+		return e.now() + p<<min(polls, idlePollBackoff)
+	}
+	return 0
 }
 
 // writePage stores the device page's engine flags and, if wakeups is not
@@ -139,15 +171,22 @@ func (e *Engine) recoverFault() {
 	if !isMemoryFault(r) {
 		panic(r)
 	}
+	e.memoryFaulted(fmt.Sprint(r))
+}
+
+// memoryFaulted marks the device broken after a fault on its guest
+// memory: every QP goes to ERR (QP_FATAL) and the data path stops
+// touching guest memory until Start, SetMemory or Reset. Lock-free.
+func (e *Engine) memoryFaulted(why string) {
 	e.broken.Store(true)
-	e.log.Error("guest memory fault: device data path stopped", "err", fmt.Sprint(r))
+	e.log.Error("guest memory fault: device data path stopped", "err", why)
 	for _, q := range *e.live.Load() {
 		e.qpFailed(q, abi.WCFatalErr)
 	}
 }
 
-// pass gives every QP one turn. It reports whether it did anything and
-// the earliest pending retry deadline.
+// pass gives every QP one turn. It reports whether it made progress (see
+// run) and the earliest pending retry deadline.
 func (e *Engine) pass() (work bool, deadline int64) {
 	var now int64 // read lazily: most passes need no clock
 	for _, q := range *e.live.Load() {
@@ -170,6 +209,10 @@ func (e *Engine) pass() (work bool, deadline int64) {
 			}
 			if e.serveSQ(q) {
 				work = true
+			}
+			// serveSQ may have left the head waiting for a retry.
+			if w := q.waitUntil; w != 0 && (deadline == 0 || w < deadline) {
+				deadline = w
 			}
 		case abi.QPStateErr:
 			if e.flushQP(q) {

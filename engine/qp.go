@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -50,12 +51,15 @@ type qp struct {
 	req       fabric.Request
 	wqe       abi.SendWQE // decoded head WQE
 	sqCons    uint32
-	head      bool  // the WQE at sqCons is copied into wqeBuf
-	retries   uint8 // transport retries left for the head WQE
-	rnrs      uint8 // RNR retries left (7: infinite)
-	waitUntil int64 // engine clock; 0 = not waiting
+	head      bool   // the WQE at sqCons is copied into wqeBuf (set with setHead)
+	retries   uint8  // transport retries left for the head WQE
+	rnrs      uint8  // RNR retries left (7: infinite)
+	rnrNaks   uint32 // RNR NAKs the head WQE got so far (see rnrWait)
+	waitUntil int64  // engine clock; 0 = not waiting
 	views     []guestmem.View
 	inflight  atomic.Bool   // posted, not yet completed (asynchronous fabrics)
+	posting   atomic.Bool   // the engine goroutine is inside Fabric.Post (see Complete)
+	busy      atomic.Bool   // head, published for QUERY_QP (sq_draining)
 	outcome   atomic.Uint32 // fabric.Outcome+1 once completed, 0 before
 
 	// Responder state, guarded by rmu: responders for this QP may run on
@@ -69,12 +73,26 @@ type qp struct {
 
 // Complete implements fabric.Completer. It may run on any goroutine,
 // before or after Post returns; the engine goroutine picks the outcome up.
+// It kicks the engine unless the engine is still inside Post for this
+// request: the engine clears posting and then loads outcome, Complete
+// stores outcome and then loads posting, so (the atomics being
+// sequentially consistent) either the engine sees the outcome or
+// Complete sees posting clear and kicks.
 func (q *qp) Complete(_ *fabric.Request, o fabric.Outcome) {
 	q.outcome.Store(uint32(o) + 1)
-	q.e.kick()
+	if !q.posting.Load() {
+		q.e.kick()
+	}
 }
 
 func (q *qp) getState() abi.QPState { return abi.QPState(q.state.Load()) }
+
+// setHead records whether the WQE at sqCons has been taken, and publishes
+// it for the control path.
+func (q *qp) setHead(h bool) {
+	q.head = h
+	q.busy.Store(h)
+}
 
 // qpFailed moves q to ERR because of a data-path error with work
 // completion status st and tells the driver with the matching
@@ -130,6 +148,10 @@ func (e *Engine) createQP(s QPSpec) error {
 	if scq == nil || rcq == nil {
 		return statusErr(abi.StatusNotFound, "qp %d: cq %d or %d", s.QPN, s.SendCQN, s.RecvCQN)
 	}
+	if scq.isBroken() || rcq.isBroken() {
+		// Its completions would be lost from the start.
+		return statusErr(abi.StatusBadState, "qp %d: cq %d or %d is in error", s.QPN, s.SendCQN, s.RecvCQN)
+	}
 	if err := e.checkDoorbell(s.Doorbell); err != nil {
 		return err
 	}
@@ -162,7 +184,13 @@ func (e *Engine) createQP(s QPSpec) error {
 	}
 	q.attr.Store(&abi.QPAttr{})
 	if e.running {
-		e.bindQPRecord(q)
+		if err := touchGuest(fmt.Sprintf("qp %d: doorbell record", s.QPN), func() { e.bindQPRecord(q) }); err != nil {
+			e.memoryFaulted(err.Error())
+			if uerr := scratch.Unmap(); uerr != nil {
+				e.log.Warn("unmap qp scratch", "qpn", s.QPN, "err", uerr)
+			}
+			return err
+		}
 	}
 	scq.refs++
 	rcq.refs++
@@ -292,17 +320,36 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 	if next != abi.QPStateErr && !q.ringsOK {
 		return statusErr(abi.StatusBadAddress, "qp %d: its rings are no longer in guest memory", qpn)
 	}
-	na := *q.attr.Load()
+	// The new attributes are published before the new state, so that the
+	// data path, once it sees the state, sees the attributes that go with
+	// it (a responder seeing RTR finds the AV). If the state change then
+	// loses to the data path, they are taken back: a failed MODIFY_QP
+	// changes nothing.
+	prev := q.attr.Load()
+	na := *prev
 	applyAttrs(&na, mask, a)
 	na.State, na.CurState = 0, 0
 	q.attr.Store(&na)
-	if next == abi.QPStateSQD && mask&abi.QPAttrEnSQDAsyncNotif != 0 && cur != abi.QPStateSQD {
+	notify := next == abi.QPStateSQD && mask&abi.QPAttrEnSQDAsyncNotif != 0 && cur != abi.QPStateSQD
+	if notify {
 		q.sqdNotify.Store(true)
+	}
+	if e.beforeStateCAS != nil {
+		e.beforeStateCAS(qpn)
 	}
 	if !q.state.CompareAndSwap(uint32(cur), uint32(next)) {
 		// Only the data path changes the state behind mu's back, and only
-		// to ERR.
-		return statusErr(abi.StatusBadState, "qp %d: moved to %v meanwhile", qpn, q.getState())
+		// to ERR; a move to ERR has then happened already.
+		now := q.getState()
+		if next == abi.QPStateErr && now == abi.QPStateErr {
+			e.kick()
+			return nil
+		}
+		q.attr.Store(prev)
+		if notify {
+			q.sqdNotify.Store(false)
+		}
+		return statusErr(abi.StatusBadState, "qp %d: moved to %v meanwhile", qpn, now)
 	}
 	e.kick()
 	return nil
@@ -313,19 +360,25 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 // producer counters at 0 as well), attributes cleared. It takes the gate
 // exclusively because it rewrites requester and responder state.
 func (e *Engine) resetQP(q *qp) {
-	e.waitIdle(q)
-	e.gate.Lock()
+	e.lockQuiet(q)
 	defer e.gate.Unlock()
 	q.rmu.Lock()
 	q.state.Store(uint32(abi.QPStateReset))
 	q.attr.Store(&abi.QPAttr{})
-	q.sqCons, q.rqCons, q.head, q.waitUntil = 0, 0, false, 0
+	q.sqCons, q.rqCons, q.waitUntil = 0, 0, 0
+	q.setHead(false)
 	q.sqdNotify.Store(false)
 	q.rmu.Unlock()
+	q.started = false // zeroed when next bound, unless zeroed right here
 	if e.running && q.recOK && !e.broken.Load() {
-		zeroRecord(q.rec)
-	} else {
-		q.started = false // zeroed when next bound
+		err := touchGuest(fmt.Sprintf("qp %d: reset doorbell record", q.qpn), func() { zeroRecord(q.rec) })
+		if err != nil {
+			// The QP is in RESET all the same; the device is as broken
+			// as the data path would find it.
+			e.memoryFaulted(err.Error())
+			return
+		}
+		q.started = true
 	}
 }
 
@@ -350,7 +403,9 @@ func (e *Engine) queryQP(qpn uint32) (abi.QueryQPResp, error) {
 	a := *q.attr.Load()
 	a.State = q.getState()
 	a.CurState = a.State
-	if a.State == abi.QPStateSQD && q.inflight.Load() {
+	if a.State == abi.QPStateSQD && q.busy.Load() {
+		// The head WQE started before SQD and is not finished: on the
+		// fabric, or waiting for an RNR or transport retry.
 		a.SQDraining = 1
 	}
 	var sigAll uint8
@@ -372,8 +427,7 @@ func (e *Engine) destroyQP(qpn uint32) error {
 	if q == nil {
 		return statusErr(abi.StatusNotFound, "qp %d", qpn)
 	}
-	e.waitIdle(q)
-	e.gate.Lock()
+	e.lockQuiet(q)
 	e.qps[qpn-2].Store(nil)
 	e.publishLive()
 	e.gate.Unlock()

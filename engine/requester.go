@@ -13,7 +13,9 @@ import (
 // RNR or retry then simply keeps the WQE at the head of the queue.
 
 // serveSQ starts, retries or finishes up to sqBudget send WQEs of q, which
-// is in RTS or SQD. It reports whether it did anything.
+// is in RTS or SQD. It reports whether it made progress: a WQE fetched or
+// completed, or a guest error handled. A retry that only ends in another
+// RNR NAK or transport retry is no progress (see run).
 func (e *Engine) serveSQ(q *qp) (work bool) {
 	for range sqBudget {
 		st := q.getState()
@@ -27,13 +29,14 @@ func (e *Engine) serveSQ(q *qp) (work bool) {
 			}
 			q.inflight.Store(false)
 			e.finish(q, fabric.Outcome(o-1))
-			work = true
 			if q.waitUntil != 0 {
 				return work
 			}
+			work = true
 			continue
 		}
-		if !q.head {
+		fresh := !q.head
+		if fresh {
 			if st == abi.QPStateSQD {
 				// Drained: no new WQEs start in SQD.
 				if q.sqdNotify.Swap(false) {
@@ -54,8 +57,10 @@ func (e *Engine) serveSQ(q *qp) (work bool) {
 				continue
 			}
 		}
-		work = true
 		e.post(q)
+		if fresh || !q.head {
+			work = true
+		}
 		if q.waitUntil != 0 || q.inflight.Load() {
 			return work
 		}
@@ -72,9 +77,9 @@ func (e *Engine) fetchHead(q *qp) bool {
 	e.st.wqes.Add(1)
 	w, err := abi.DecodeSendWQE(q.wqeBuf.Bytes(), q.maxSendSGE, q.maxInline)
 	q.wqe = w
-	q.head = true
+	q.setHead(true)
 	a := q.attr.Load()
-	q.retries, q.rnrs = a.RetryCnt, a.RNRRetry
+	q.retries, q.rnrs, q.rnrNaks = a.RetryCnt, a.RNRRetry, 0
 	if err != nil {
 		e.st.badWQEs.Add(1)
 		e.log.Debug("bad send WQE", "qpn", q.qpn, "index", q.sqCons, "err", err)
@@ -94,26 +99,45 @@ func (e *Engine) post(q *qp) {
 	}
 	q.outcome.Store(0)
 	q.inflight.Store(true)
+	// A completion while Post runs is picked up right below; posting
+	// tells Complete not to kick the engine for it, which would wake a
+	// sleeping engine for nothing after every retry it makes (see
+	// Complete for why no completion is missed).
+	q.posting.Store(true)
 	if e.cfg.Fabric == nil {
 		q.Complete(&q.req, fabric.OutcomeUnreachable) // a device without a fabric reaches no one
 	} else {
 		e.cfg.Fabric.Post(&q.req, q)
 	}
+	q.posting.Store(false)
 	if o := q.outcome.Load(); o != 0 {
 		q.inflight.Store(false)
 		e.finish(q, fabric.Outcome(o-1))
 	}
 }
 
-// wrOps maps send opcodes to fabric operations.
-var wrOps = [...]fabric.Op{
-	abi.WRRDMAWrite:        fabric.OpWrite,
-	abi.WRRDMAWriteWithImm: fabric.OpWriteImm,
-	abi.WRSend:             fabric.OpSend,
-	abi.WRSendWithImm:      fabric.OpSendImm,
-	abi.WRRDMARead:         fabric.OpRead,
-	abi.WRAtomicCmpSwap:    fabric.OpCmpSwap,
-	abi.WRAtomicFetchAdd:   fabric.OpFetchAdd,
+// fabricOp maps a send opcode to its fabric operation. An opcode the
+// ABI defines but the engine does not carry (the ABI may grow before the
+// engine does) is not one: the WQE completes with LOC_QP_OP_ERR rather
+// than taking the daemon down.
+func fabricOp(op abi.WROpcode) (fabric.Op, bool) {
+	switch op {
+	case abi.WRRDMAWrite:
+		return fabric.OpWrite, true
+	case abi.WRRDMAWriteWithImm:
+		return fabric.OpWriteImm, true
+	case abi.WRSend:
+		return fabric.OpSend, true
+	case abi.WRSendWithImm:
+		return fabric.OpSendImm, true
+	case abi.WRRDMARead:
+		return fabric.OpRead, true
+	case abi.WRAtomicCmpSwap:
+		return fabric.OpCmpSwap, true
+	case abi.WRAtomicFetchAdd:
+		return fabric.OpFetchAdd, true
+	}
+	return 0, false
 }
 
 // buildRequest fills q.req for the decoded head WQE, reusing its view
@@ -122,13 +146,17 @@ func (e *Engine) buildRequest(q *qp) abi.WCStatus {
 	w := &q.wqe
 	a := q.attr.Load()
 	r := &q.req
+	op, ok := fabricOp(w.Opcode)
+	if !ok {
+		return abi.WCLocQPOpErr
+	}
 	src, ok := e.sourceGID(a.AH.SGIDIndex)
 	if !ok {
 		// The guest deleted the GID its QP sends from.
 		return abi.WCLocQPOpErr
 	}
 	*r = fabric.Request{
-		Op:         wrOps[w.Opcode],
+		Op:         op,
 		Src:        fabric.Addr{GID: src, QPN: q.qpn},
 		Dst:        fabric.Addr{GID: a.AH.DGID, QPN: a.DestQPN},
 		RemoteAddr: w.RemoteAddr,
@@ -197,7 +225,12 @@ func (e *Engine) finish(q *qp, o fabric.Outcome) {
 		if q.rnrs != 7 { // 7: retry for ever
 			q.rnrs--
 		}
-		q.waitUntil = e.now() + int64(rnrDelay(a.MinRNRTimer))
+		timer := a.MinRNRTimer
+		if q.req.HasRNRTimer {
+			timer = q.req.RNRTimer
+		}
+		q.rnrNaks++
+		q.waitUntil = e.now() + int64(rnrWait(timer, q.rnrNaks))
 	case fabric.OutcomeRetry, fabric.OutcomeUnreachable:
 		e.st.retries.Add(1)
 		if q.retries == 0 {
@@ -228,9 +261,10 @@ func (e *Engine) retire(q *qp, st abi.WCStatus, byteLen uint32) {
 			op = abi.WCOpcodeFor(w.Opcode)
 		}
 		cqe := abi.CQE{WRID: w.WRID, Status: st, Opcode: op, ByteLen: byteLen, QPN: q.qpn}
-		e.push(q.scq, &cqe, false)
+		e.push(q, q.scq, &cqe, false)
 	}
-	q.head, q.waitUntil = false, 0
+	q.setHead(false)
+	q.waitUntil = 0
 	q.sqCons++
 	q.rec.StoreUint32Release(abi.QPDoorbellOffSQCons, q.sqCons)
 	if st != abi.WCSuccess {
@@ -261,6 +295,29 @@ func ackTimeout(t uint8) time.Duration {
 // rnrDelay is the RNR retry delay for the min_rnr_timer encoding t.
 func rnrDelay(t uint8) time.Duration {
 	return time.Duration(abi.RNRTimerMicros[t&31]) * time.Microsecond
+}
+
+const (
+	// rnrExactTries RNR NAKs of one WQE are retried after exactly the
+	// responder's timer: that covers every finite rnr_retry (at most 6
+	// retries), so RNR_RETRY_EXC_ERR comes when IB says it does.
+	rnrExactTries = 7
+	// rnrSlowFloor is the least delay after that, which only rnr_retry 7
+	// (for ever) reaches: a peer that has not posted a receive in seven
+	// tries is not about to, and retrying every 10 us would keep a core
+	// busy for it. The timer is a minimum in IB, so waiting longer is
+	// within the rules.
+	rnrSlowFloor = time.Millisecond
+)
+
+// rnrWait is how long the requester waits after the n-th RNR NAK (from
+// 1) of its head WQE, whose responder sent timer encoding t.
+func rnrWait(t uint8, n uint32) time.Duration {
+	d := rnrDelay(t)
+	if n > rnrExactTries {
+		d = max(d, rnrSlowFloor)
+	}
+	return d
 }
 
 // sourceGID is the GID a QP whose address vector names sgid index sends

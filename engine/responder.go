@@ -61,6 +61,12 @@ func (e *Engine) respond(req *fabric.Request) (out fabric.Outcome) {
 	}()
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
+	defer func() {
+		if out == fabric.OutcomeRNR {
+			// The RNR NAK carries the responder's timer, as in IB.
+			req.RNRTimer, req.HasRNRTimer = a.MinRNRTimer, true
+		}
+	}()
 	switch req.Op {
 	case fabric.OpWrite:
 		return e.respWrite(q, a, req, false)
@@ -178,7 +184,7 @@ func (e *Engine) takeRecv(q *qp) (abi.RecvWQE, fabric.Outcome, bool) {
 	if err != nil {
 		e.st.badWQEs.Add(1)
 		e.log.Debug("bad receive WQE", "qpn", q.qpn, "index", q.rqCons, "err", err)
-		e.failRecv(q, binary.LittleEndian.Uint64(q.rbuf), abi.WCLocQPOpErr, nil)
+		e.failRecv(q, rw.WRID, abi.WCLocQPOpErr, nil) // the decoder fills wr_id even so
 		return abi.RecvWQE{}, fabric.OutcomeRemoteOp, false
 	}
 	return rw, fabric.OutcomeOK, true
@@ -188,7 +194,7 @@ func (e *Engine) takeRecv(q *qp) (abi.RecvWQE, fabric.Outcome, bool) {
 // Caller holds rmu.
 func (e *Engine) completeRecv(q *qp, cqe *abi.CQE, req *fabric.Request) {
 	cqe.QPN, cqe.SrcQP = q.qpn, req.Src.QPN
-	e.push(q.rcq, cqe, req.Solicited)
+	e.push(q, q.rcq, cqe, req.Solicited)
 	q.rqCons++
 	q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
 }
@@ -200,7 +206,7 @@ func (e *Engine) failRecv(q *qp, wrid uint64, st abi.WCStatus, req *fabric.Reque
 	if req != nil {
 		cqe.SrcQP = req.Src.QPN
 	}
-	e.push(q.rcq, &cqe, true)
+	e.push(q, q.rcq, &cqe, true)
 	q.rqCons++
 	q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
 	e.qpFailed(q, st)

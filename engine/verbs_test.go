@@ -259,3 +259,31 @@ func TestLoopbackQPOnOneDevice(t *testing.T) {
 		t.Fatal("data differs")
 	}
 }
+
+// TestRNRWaitsForTheRespondersTimer: the RNR back-off is the responder's
+// min_rnr_timer, carried in the NAK, not the requester's: with the
+// responder at 0 (655.36 ms) and the requester at 1 (10 us), one RNR
+// retry takes 655 ms, not 10 us.
+func TestRNRWaitsForTheRespondersTimer(t *testing.T) {
+	fab := newFabric()
+	a := enginetest.NewGuest(t, fab, "a", enginetest.Options{})
+	b := enginetest.NewGuest(t, fab, "b", enginetest.Options{})
+	ca, cb := a.CreateCQ(16), b.CreateCQ(16)
+	qa, qb := a.CreateQP(pd, ca, ca, enginetest.QPOpts{}), b.CreateQP(pd, cb, cb, enginetest.QPOpts{})
+	ra, rb := enginetest.DefaultConn, enginetest.DefaultConn
+	ra.MinRNRTimer, ra.RNRRetry = 1, 1
+	rb.MinRNRTimer = 0
+	qa.ToRTS(b.GID, qb.QPN, ra)
+	qb.ToRTS(a.GID, qa.QPN, rb)
+	src := a.NewBuf(pd, 0, 8)
+	start := time.Now()
+	qa.PostSend(abi.SendWQE{WRID: 1, Opcode: abi.WRSend, Flags: abi.SendSignaled}, []abi.SGE{src.SGE(0, 8)}, nil)
+	ca.ExpectNone(300 * time.Millisecond)
+	expect(t, ca.Wait(), 1, abi.WCRNRRetryExcErr, abi.WCSend)
+	if d := time.Since(start); d < 600*time.Millisecond {
+		t.Fatalf("rnr_retry 1 exhausted after %v, want the responder's 655 ms", d)
+	}
+	if n := a.Eng.Stats().RNRNaks; n != 2 {
+		t.Fatalf("%d RNR NAKs, want 2", n)
+	}
+}

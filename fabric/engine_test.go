@@ -229,3 +229,40 @@ func BenchmarkRespondWrite1MiB(b *testing.B) {
 		}
 	}
 }
+
+// TestRNRNakCarriesRespondersTimer: a responder that answers RNR tells
+// the requester its QP's min_rnr_timer through the request, across the
+// local fabric, and a request that is answered otherwise carries none.
+func TestRNRNakCarriesRespondersTimer(t *testing.T) {
+	l := fabric.NewLocal()
+	a := enginetest.NewGuest(t, l, "a", enginetest.Options{})
+	b := enginetest.NewGuest(t, l, "b", enginetest.Options{})
+	ca, cb := a.CreateCQ(16), b.CreateCQ(16)
+	qa, qb := a.CreateQP(pd, ca, ca, enginetest.QPOpts{}), b.CreateQP(pd, cb, cb, enginetest.QPOpts{})
+	ra, rb := enginetest.DefaultConn, enginetest.DefaultConn
+	ra.MinRNRTimer, rb.MinRNRTimer = 3, 0 // 0 is 655.36 ms, not "unset"
+	qa.ToRTS(b.GID, qb.QPN, ra)
+	qb.ToRTS(a.GID, qa.QPN, rb)
+	src := a.NewBuf(pd, 0, 8)
+	send := func() (*fabric.Request, fabric.Outcome) {
+		req := &fabric.Request{Op: fabric.OpSend, Src: fabric.Addr{GID: a.GID, QPN: qa.QPN}, Dst: fabric.Addr{GID: b.GID, QPN: qb.QPN},
+			Len: 8, Local: []guestmem.View{a.View(src.GPA, 8)}, RNRTimer: 9}
+		c := &outcomeOf{}
+		l.Post(req, c)
+		return req, c.o
+	}
+	req, o := send()
+	if o != fabric.OutcomeRNR || !req.HasRNRTimer || req.RNRTimer != 0 {
+		t.Fatalf("no receive posted: %v, timer %d (set %v), want RNR with the responder's 0", o, req.RNRTimer, req.HasRNRTimer)
+	}
+	qb.PostRecv(1, b.NewBuf(pd, abi.AccessLocalWrite, 8).SGE(0, 8))
+	req, o = send()
+	if o != fabric.OutcomeOK || req.HasRNRTimer {
+		t.Fatalf("receive posted: %v, timer set %v", o, req.HasRNRTimer)
+	}
+}
+
+// outcomeOf records the outcome of one request.
+type outcomeOf struct{ o fabric.Outcome }
+
+func (c *outcomeOf) Complete(_ *fabric.Request, o fabric.Outcome) { c.o = o }

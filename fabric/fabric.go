@@ -66,6 +66,18 @@ type Request struct {
 	// Token is the requester's own tag for the request (the fabric does
 	// not look at it).
 	Token uint64
+
+	// RNRTimer and HasRNRTimer are the responder's half of an RNR NAK,
+	// which in IB carries the responder's min_rnr_timer: the requester
+	// must wait at least that long before it retries. A responder that
+	// answers OutcomeRNR sets RNRTimer to its QP's min_rnr_timer (the
+	// 5-bit IB encoding, abi.RNRTimerMicros: 0 is 655.36 ms, not "unset")
+	// and HasRNRTimer to true; the requester clears both before each
+	// Post and reads them only after Complete. An RNR without
+	// HasRNRTimer (a fabric that refused on the responder's behalf)
+	// leaves the delay to the requester.
+	RNRTimer    uint8
+	HasRNRTimer bool
 }
 
 // Outcome is how a request ended.
@@ -75,7 +87,8 @@ const (
 	// OutcomeOK: executed (and, for READ and atomics, Local filled).
 	OutcomeOK Outcome = iota
 	// OutcomeRNR: receiver not ready: a SEND found no receive WQE. The
-	// requester retries after the QP's RNR timer, up to rnr_retry.
+	// requester retries after the responder's RNR timer
+	// (Request.RNRTimer), up to its rnr_retry.
 	OutcomeRNR
 	// OutcomeRetry: the responder could not serve the request now (its
 	// device is stopping or changing memory); the requester retries, up
