@@ -22,7 +22,7 @@
 // in flight; creations publish through atomic pointers and QP attributes
 // are immutable snapshots, so setup never stalls running traffic.
 // Freedom from deadlock rests on two rules: a responder only tries the
-// gate (and answers fabric.OutcomeRetry when a control change holds or
+// gate (and answers fabric.OutcomeBusy when a control change holds or
 // waits for it), since it runs on another device's goroutine, or on our
 // own for a loopback request, and blocking there could deadlock two
 // devices or one device with itself; and nothing inside a pass blocks on
@@ -38,7 +38,8 @@
 // (fabric.Request.RNRTimer), up to rnr_retry (7: for ever; after seven
 // NAKs of one WQE at least 1 ms apart, so that a QP waiting for ever
 // costs next to nothing); OutcomeRetry and OutcomeUnreachable retry after
-// the QP's timeout up to retry_cnt. Every other failure completes the WQE
+// the QP's timeout up to retry_cnt; OutcomeBusy retries after 20 µs and
+// counts as one retry only when it lasts a whole timeout. Every other failure completes the WQE
 // with the matching IB status.
 //
 // Errors: any error completion moves the QP to ERR; the engine then

@@ -19,7 +19,7 @@ import (
 // region, a QP or CQ, a ring): the engine goroutine holds gate shared for
 // one pass over its QPs, and so across fabric.Post, on purpose: the
 // requester's memory stays mapped while the responder copies. A responder
-// tries it shared for one request (and answers fabric.OutcomeRetry rather
+// tries it shared for one request (and answers fabric.OutcomeBusy rather
 // than wait, because a responder runs on another device's goroutine, or
 // on our own for a loopback request, and must never block on us), and the
 // control path takes it exclusively for those changes (lockQuiet, with

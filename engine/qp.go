@@ -55,6 +55,7 @@ type qp struct {
 	retries   uint8  // transport retries left for the head WQE
 	rnrs      uint8  // RNR retries left (7: infinite)
 	rnrNaks   uint32 // RNR NAKs the head WQE got so far (see rnrWait)
+	busySince int64  // engine clock of the first of a run of OutcomeBusy; 0 = none
 	waitUntil int64  // engine clock; 0 = not waiting
 	views     []guestmem.View
 	inflight  atomic.Bool   // posted, not yet completed (asynchronous fabrics)

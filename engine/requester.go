@@ -79,7 +79,7 @@ func (e *Engine) fetchHead(q *qp) bool {
 	q.wqe = w
 	q.setHead(true)
 	a := q.attr.Load()
-	q.retries, q.rnrs, q.rnrNaks = a.RetryCnt, a.RNRRetry, 0
+	q.retries, q.rnrs, q.rnrNaks, q.busySince = a.RetryCnt, a.RNRRetry, 0, 0
 	if err != nil {
 		e.st.badWQEs.Add(1)
 		e.log.Debug("bad send WQE", "qpn", q.qpn, "index", q.sqCons, "err", err)
@@ -207,6 +207,9 @@ func (e *Engine) buildRequest(q *qp) abi.WCStatus {
 // finish acts on the outcome of the head WQE's request.
 func (e *Engine) finish(q *qp, o fabric.Outcome) {
 	a := q.attr.Load()
+	if o != fabric.OutcomeBusy {
+		q.busySince = 0 // a run of busy answers is over
+	}
 	switch o {
 	case fabric.OutcomeOK:
 		switch q.req.Op {
@@ -231,6 +234,18 @@ func (e *Engine) finish(q *qp, o fabric.Outcome) {
 		}
 		q.rnrNaks++
 		q.waitUntil = e.now() + int64(rnrWait(timer, q.rnrNaks))
+	case fabric.OutcomeBusy:
+		now := e.now()
+		if q.busySince == 0 {
+			q.busySince = now
+		}
+		if now-q.busySince < int64(ackTimeout(a.Timeout)) {
+			q.waitUntil = now + int64(busyRetryDelay)
+			return
+		}
+		// Busy for a whole timeout: that is a retry like any other.
+		q.busySince = 0
+		fallthrough
 	case fabric.OutcomeRetry, fabric.OutcomeUnreachable:
 		e.st.retries.Add(1)
 		if q.retries == 0 {
@@ -291,6 +306,11 @@ func ackTimeout(t uint8) time.Duration {
 	d := 4096 * time.Nanosecond << (t & 31)
 	return max(d, time.Millisecond)
 }
+
+// busyRetryDelay is how soon a request the responder answered busy is
+// tried again: a control change holds a device's data path for
+// microseconds.
+const busyRetryDelay = 20 * time.Microsecond
 
 // rnrDelay is the RNR retry delay for the min_rnr_timer encoding t.
 func rnrDelay(t uint8) time.Duration {

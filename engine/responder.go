@@ -20,7 +20,9 @@ import (
 // fabric call.
 func (e *Engine) respond(req *fabric.Request) (out fabric.Outcome) {
 	if !e.gate.TryRLock() {
-		return fabric.OutcomeRetry
+		// A control change holds the gate for microseconds: ask the
+		// peer to come back soon rather than spend one of its retries.
+		return fabric.OutcomeBusy
 	}
 	defer e.gate.RUnlock()
 	if !e.running || e.broken.Load() {

@@ -16,8 +16,9 @@
 //   - Complete is called exactly once per Post, possibly before Post
 //     returns, in the order the requests of one source QP were posted.
 //   - A Responder never blocks on another device: when it cannot serve a
-//     request right now (its device is stopping or changing memory) it
-//     answers OutcomeRetry and the requester retries.
+//     request right now it answers OutcomeBusy (a control change holds its
+//     data path for a moment: retry soon) or OutcomeRetry (its device is
+//     stopped: retry after the QP's timeout), and the requester retries.
 //   - A GID belongs to at most one device: Register refuses a GID another
 //     device holds, so a guest cannot capture another tenant's traffic.
 package fabric

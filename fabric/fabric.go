@@ -103,9 +103,14 @@ const (
 	OutcomeRemoteOp
 	// OutcomeUnreachable: no device owns the destination GID or QP.
 	OutcomeUnreachable
+	// OutcomeBusy: the responder's device is briefly busy (a control
+	// command or memory change is taking something away from its data
+	// path). The requester retries soon; busy answers cost nothing of
+	// retry_cnt unless they go on for a whole ACK timeout.
+	OutcomeBusy
 )
 
-var outcomeNames = [...]string{"OK", "RNR", "RETRY", "REMOTE_ACCESS", "INVALID_REQUEST", "REMOTE_OP", "UNREACHABLE"}
+var outcomeNames = [...]string{"OK", "RNR", "RETRY", "REMOTE_ACCESS", "INVALID_REQUEST", "REMOTE_OP", "UNREACHABLE", "BUSY"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
