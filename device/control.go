@@ -212,8 +212,6 @@ func fabricError(err error) error {
 	return err
 }
 
-func isPow2(v uint32) bool { return v != 0 && v&(v-1) == 0 }
-
 // queryDevice answers QUERY_DEVICE from the attributes fixed at New.
 func (d *Device) queryDevice(c *cmd, _ []byte) ([]byte, error) {
 	return append(c.out, d.attr...), nil

@@ -7,14 +7,6 @@ import (
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
-// checkCQEntries checks a CQ size: a power of two up to MaxCQE.
-func (d *Device) checkCQEntries(n uint32) error {
-	if !isPow2(n) || n > d.limits.MaxCQE {
-		return fail(abi.StatusInvalidArgument, "%d CQ entries (a power of two up to %d)", n, d.limits.MaxCQE)
-	}
-	return nil
-}
-
 // createCQ is CREATE_CQ. The device checks the size and the limit and
 // hands out the CQN and doorbell record; the engine checks the ring
 // against guest memory.
@@ -23,7 +15,7 @@ func (d *Device) createCQ(c *cmd, payload []byte) ([]byte, error) {
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	if err := d.checkCQEntries(r.Entries); err != nil {
+	if err := d.limits.CheckCQEntries(r.Entries); err != nil {
 		return nil, err
 	}
 	if err := d.needDoorbells(); err != nil {
@@ -52,7 +44,7 @@ func (d *Device) resizeCQ(c *cmd, payload []byte) ([]byte, error) {
 	if d.o.cq(r.CQN) == nil {
 		return nil, fail(abi.StatusNotFound, "CQ %d", r.CQN)
 	}
-	if err := d.checkCQEntries(r.Entries); err != nil {
+	if err := d.limits.CheckCQEntries(r.Entries); err != nil {
 		return nil, err
 	}
 	if err := d.eng.ResizeCQ(r.CQN, r.Entries, r.RingAddr); err != nil {

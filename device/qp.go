@@ -7,24 +7,6 @@ import (
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
-// checkQPCaps checks CREATE_QP's sizes against the limits: queue sizes
-// are powers of two up to MaxQPWR, SGE counts and inline data within
-// theirs.
-func (d *Device) checkQPCaps(r *abi.CreateQPReq) error {
-	l := d.limits
-	switch {
-	case !isPow2(r.SQSize) || r.SQSize > l.MaxQPWR:
-		return fail(abi.StatusInvalidArgument, "SQ of %d WQEs (a power of two up to %d)", r.SQSize, l.MaxQPWR)
-	case !isPow2(r.RQSize) || r.RQSize > l.MaxQPWR:
-		return fail(abi.StatusInvalidArgument, "RQ of %d WQEs (a power of two up to %d)", r.RQSize, l.MaxQPWR)
-	case r.MaxSendSGE > l.MaxSGE || r.MaxRecvSGE > l.MaxSGE:
-		return fail(abi.StatusInvalidArgument, "%d send / %d receive SGEs (at most %d)", r.MaxSendSGE, r.MaxRecvSGE, l.MaxSGE)
-	case r.MaxInlineData > l.MaxInlineData:
-		return fail(abi.StatusInvalidArgument, "%d bytes of inline data (at most %d)", r.MaxInlineData, l.MaxInlineData)
-	}
-	return nil
-}
-
 // createQP is CREATE_QP. The device checks the PD, the CQs, the sizes and
 // the limit and hands out the QPN and doorbell record; the engine checks
 // the rings against guest memory.
@@ -47,7 +29,8 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 	case rcq == nil:
 		return nil, fail(abi.StatusNotFound, "receive CQ %d", r.RecvCQN)
 	}
-	if err := d.checkQPCaps(&r); err != nil {
+	// Checked before a QPN is handed out (the engine checks again).
+	if err := d.limits.CheckQPCaps(r.SQSize, r.RQSize, r.MaxSendSGE, r.MaxRecvSGE, r.MaxInlineData); err != nil {
 		return nil, err
 	}
 	if err := d.needDoorbells(); err != nil {

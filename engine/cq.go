@@ -124,8 +124,8 @@ func (e *Engine) createCQ(s CQSpec) error {
 	if e.lookupCQ(s.CQN) != nil {
 		return statusErr(abi.StatusBusy, "cq %d exists", s.CQN)
 	}
-	if !isPow2(s.Entries) || s.Entries > e.limits.MaxCQE {
-		return statusErr(abi.StatusInvalidArgument, "cq %d: %d entries, want a power of two up to %d", s.CQN, s.Entries, e.limits.MaxCQE)
+	if err := e.limits.CheckCQEntries(s.Entries); err != nil {
+		return wrapStatus(err, "cq %d", s.CQN)
 	}
 	if err := e.checkDoorbell(s.Doorbell); err != nil {
 		return err
@@ -184,8 +184,8 @@ func (e *Engine) resizeCQ(cqn, entries uint32, ringAddr uint64) error {
 	if c == nil {
 		return statusErr(abi.StatusNotFound, "cq %d", cqn)
 	}
-	if !isPow2(entries) || entries > e.limits.MaxCQE {
-		return statusErr(abi.StatusInvalidArgument, "cq %d: %d entries, want a power of two up to %d", cqn, entries, e.limits.MaxCQE)
+	if err := e.limits.CheckCQEntries(entries); err != nil {
+		return wrapStatus(err, "cq %d", cqn)
 	}
 	if !e.running {
 		// The unconsumed CQEs are in guest memory, which is only touched

@@ -138,12 +138,9 @@ func (e *Engine) createQP(s QPSpec) error {
 		return statusErr(abi.StatusInvalidArgument, "qp %d: type %v", s.QPN, s.Type)
 	case s.PDN == 0:
 		return statusErr(abi.StatusInvalidArgument, "qp %d: pd 0", s.QPN)
-	case !isPow2(s.SQSize) || s.SQSize > l.MaxQPWR || !isPow2(s.RQSize) || s.RQSize > l.MaxQPWR:
-		return statusErr(abi.StatusInvalidArgument, "qp %d: sq %d / rq %d entries, want powers of two up to %d", s.QPN, s.SQSize, s.RQSize, l.MaxQPWR)
-	case s.MaxSendSGE > l.MaxSGE || s.MaxRecvSGE > l.MaxSGE:
-		return statusErr(abi.StatusInvalidArgument, "qp %d: %d/%d SGEs, at most %d", s.QPN, s.MaxSendSGE, s.MaxRecvSGE, l.MaxSGE)
-	case s.MaxInlineData > l.MaxInlineData:
-		return statusErr(abi.StatusInvalidArgument, "qp %d: %d inline bytes, at most %d", s.QPN, s.MaxInlineData, l.MaxInlineData)
+	}
+	if err := l.CheckQPCaps(s.SQSize, s.RQSize, s.MaxSendSGE, s.MaxRecvSGE, s.MaxInlineData); err != nil {
+		return wrapStatus(err, "qp %d", s.QPN)
 	}
 	scq, rcq := e.lookupCQ(s.SendCQN), e.lookupCQ(s.RecvCQN)
 	if scq == nil || rcq == nil {

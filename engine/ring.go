@@ -6,9 +6,6 @@ import (
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
-// isPow2 reports whether n is a power of two (0 is not).
-func isPow2(n uint32) bool { return n != 0 && n&(n-1) == 0 }
-
 // checkRing validates a ring of n entries of stride bytes at gpa for
 // creation: aligned to its stride (so no entry straddles anything and
 // index arithmetic is a mask), wholly inside one guest RAM region, and not

@@ -117,3 +117,30 @@ func (l Limits) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// CheckCQEntries checks a CQ size (CREATE_CQ, RESIZE_CQ) against the
+// limits: a power of two (the ring index is a mask) up to MaxCQE. The
+// error wraps ErrBadValue.
+func (l Limits) CheckCQEntries(n uint32) error {
+	if !isPow2(n) || n > l.MaxCQE {
+		return fmt.Errorf("%d CQ entries, want a power of two up to %d: %w", n, l.MaxCQE, ErrBadValue)
+	}
+	return nil
+}
+
+// CheckQPCaps checks what a QP is created with (CREATE_QP) against the
+// limits: SQ and RQ sizes are powers of two up to MaxQPWR, SGE counts up
+// to MaxSGE, inline data up to MaxInlineData. The error wraps ErrBadValue.
+func (l Limits) CheckQPCaps(sqSize, rqSize, sendSGE, recvSGE, inline uint32) error {
+	switch {
+	case !isPow2(sqSize) || sqSize > l.MaxQPWR || !isPow2(rqSize) || rqSize > l.MaxQPWR:
+		return fmt.Errorf("SQ of %d / RQ of %d WQEs, want powers of two up to %d: %w", sqSize, rqSize, l.MaxQPWR, ErrBadValue)
+	case sendSGE > l.MaxSGE || recvSGE > l.MaxSGE:
+		return fmt.Errorf("%d send / %d receive SGEs, at most %d: %w", sendSGE, recvSGE, l.MaxSGE, ErrBadValue)
+	case inline > l.MaxInlineData:
+		return fmt.Errorf("%d bytes of inline data, at most %d: %w", inline, l.MaxInlineData, ErrBadValue)
+	}
+	return nil
+}
+
+func isPow2(n uint32) bool { return n != 0 && n&(n-1) == 0 }

@@ -69,3 +69,28 @@ func TestDoorbellLayout(t *testing.T) {
 		t.Error("zero limits accepted")
 	}
 }
+
+func TestQueueSizeChecks(t *testing.T) {
+	l := DefaultLimits
+	for _, n := range []uint32{1, 2, 1024, l.MaxCQE} {
+		if err := l.CheckCQEntries(n); err != nil {
+			t.Errorf("CheckCQEntries(%d): %v", n, err)
+		}
+	}
+	for _, n := range []uint32{0, 3, 1000, l.MaxCQE * 2} {
+		if err := l.CheckCQEntries(n); !errors.Is(err, ErrBadValue) || StatusFor(err) != StatusInvalidArgument {
+			t.Errorf("CheckCQEntries(%d) = %v", n, err)
+		}
+	}
+	if err := l.CheckQPCaps(16, 1, l.MaxSGE, 0, l.MaxInlineData); err != nil {
+		t.Errorf("valid caps: %v", err)
+	}
+	for _, c := range [][5]uint32{
+		{0, 16, 1, 1, 0}, {16, 12, 1, 1, 0}, {l.MaxQPWR * 2, 16, 1, 1, 0},
+		{16, 16, l.MaxSGE + 1, 1, 0}, {16, 16, 1, l.MaxSGE + 1, 0}, {16, 16, 1, 1, l.MaxInlineData + 1},
+	} {
+		if err := l.CheckQPCaps(c[0], c[1], c[2], c[3], c[4]); !errors.Is(err, ErrBadValue) {
+			t.Errorf("CheckQPCaps%v = %v", c, err)
+		}
+	}
+}
