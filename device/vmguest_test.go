@@ -2,14 +2,13 @@ package device
 
 import (
 	"context"
-	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/vhost"
+	"github.com/vstellar/vstellar/vhost/vhosttest"
 	"github.com/vstellar/vstellar/virtio"
 	"github.com/vstellar/vstellar/virtio/abi"
 	"github.com/vstellar/vstellar/vmm"
@@ -57,29 +56,7 @@ const (
 func serveDevice(t testing.TB, d *Device) (*vhost.Backend, string) {
 	t.Helper()
 	b := vhost.NewBackend(d, vhost.Options{Name: d.Name(), Logger: quietLog()})
-	path := filepath.Join(t.TempDir(), d.Name()+".sock")
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.AcceptUnix()
-			if err != nil {
-				return
-			}
-			b.Serve(ctx, c)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		l.Close()
-		<-done
-	})
-	return b, path
+	return b, vhosttest.Serve(t, b, d.Name())
 }
 
 // startVM creates a VM around d and starts the device (DRIVER_OK).

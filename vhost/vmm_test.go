@@ -3,12 +3,11 @@ package vhost_test
 import (
 	"bytes"
 	"context"
-	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/vstellar/vstellar/vhost"
+	"github.com/vstellar/vstellar/vhost/vhosttest"
 	"github.com/vstellar/vstellar/virtio"
 	"github.com/vstellar/vstellar/vmm"
 )
@@ -16,33 +15,6 @@ import (
 // These tests run the backend against vmm, the QEMU-exact front-end that
 // shares no protocol code with this package: a layout or ordering mistake
 // on either side shows up here.
-
-func listen(t *testing.T, b *vhost.Backend) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "dev.sock")
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.AcceptUnix()
-			if err != nil {
-				return
-			}
-			b.Serve(ctx, c)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		l.Close()
-		<-done
-	})
-	return path
-}
 
 func newVM(t *testing.T, path string, mem uint64, addMemReg bool) *vmm.VM {
 	t.Helper()
@@ -82,7 +54,7 @@ func TestAgainstVMM(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dev := vhost.NewEchoDevice(t)
 			b := vhost.NewBackend(dev, vhost.Options{Name: c.name})
-			vm := newVM(t, listen(t, b), c.mem, c.addMemReg)
+			vm := newVM(t, vhosttest.Serve(t, b, "dev"), c.mem, c.addMemReg)
 			ctx := context.Background()
 			if err := vm.Start(ctx); err != nil {
 				t.Fatal(err)
@@ -146,7 +118,7 @@ func TestAgainstVMM(t *testing.T) {
 func TestQueuedWhileDisconnectedIsServed(t *testing.T) {
 	dev := vhost.NewEchoDevice(t)
 	b := vhost.NewBackend(dev, vhost.Options{})
-	vm := newVM(t, listen(t, b), 64<<20, false)
+	vm := newVM(t, vhosttest.Serve(t, b, "dev"), 64<<20, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := vm.Start(ctx); err != nil {
