@@ -19,10 +19,7 @@ func (e *Engine) flushQP(q *qp) (work bool) {
 	for range flushBudget {
 		var cqe abi.CQE
 		if q.head {
-			cqe = abi.CQE{WRID: q.wqe.WRID, Opcode: abi.WCSend}
-			if q.wqe.Opcode.Valid() {
-				cqe.Opcode = abi.WCOpcodeFor(q.wqe.Opcode)
-			}
+			cqe = abi.CQE{WRID: q.wqe.WRID, Opcode: abi.WCOpcodeFor(q.wqe.Opcode)}
 		} else {
 			prod := q.rec.LoadUint32Acquire(abi.QPDoorbellOffSQProd)
 			if prod == q.sqCons || prod-q.sqCons > q.sqSize {
@@ -35,10 +32,7 @@ func (e *Engine) flushQP(q *qp) (work bool) {
 			off := uint64(q.sqCons&(q.sqSize-1)) * uint64(q.sqStride)
 			copy(q.wqeBuf.Bytes(), q.sq.Bytes()[off:off+uint64(q.sqStride)])
 			w, _ := abi.DecodeSendWQE(q.wqeBuf.Bytes(), q.maxSendSGE, q.maxInline)
-			cqe = abi.CQE{WRID: w.WRID, Opcode: abi.WCSend}
-			if w.Opcode.Valid() {
-				cqe.Opcode = abi.WCOpcodeFor(w.Opcode)
-			}
+			cqe = abi.CQE{WRID: w.WRID, Opcode: abi.WCOpcodeFor(w.Opcode)}
 		}
 		cqe.Status, cqe.QPN = abi.WCWRFlushErr, q.qpn
 		e.push(q, q.scq, &cqe, false)

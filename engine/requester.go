@@ -271,11 +271,7 @@ func (e *Engine) finish(q *qp, o fabric.Outcome) {
 func (e *Engine) retire(q *qp, st abi.WCStatus, byteLen uint32) {
 	w := &q.wqe
 	if st != abi.WCSuccess || w.Flags&abi.SendSignaled != 0 || q.sigAll {
-		op := abi.WCSend
-		if w.Opcode.Valid() {
-			op = abi.WCOpcodeFor(w.Opcode)
-		}
-		cqe := abi.CQE{WRID: w.WRID, Status: st, Opcode: op, ByteLen: byteLen, QPN: q.qpn}
+		cqe := abi.CQE{WRID: w.WRID, Status: st, Opcode: abi.WCOpcodeFor(w.Opcode), ByteLen: byteLen, QPN: q.qpn}
 		e.push(q, q.scq, &cqe, false)
 	}
 	q.setHead(false)

@@ -210,7 +210,8 @@ func (op WCOpcode) String() string {
 	return fmt.Sprintf("WCOpcode(%d)", uint8(op))
 }
 
-// WCOpcodeFor is the completion opcode of a send work request.
+// WCOpcodeFor is the completion opcode of a send work request. An
+// undefined opcode (a WQE completed with an error) reports WCSend.
 func WCOpcodeFor(op WROpcode) WCOpcode {
 	switch op {
 	case WRRDMAWrite, WRRDMAWriteWithImm:

@@ -64,6 +64,7 @@ func TestWROpcodes(t *testing.T) {
 	for op, want := range map[WROpcode]WCOpcode{
 		WRRDMAWrite: WCRDMAWrite, WRRDMAWriteWithImm: WCRDMAWrite, WRSend: WCSend, WRSendWithImm: WCSend,
 		WRRDMARead: WCRDMARead, WRAtomicCmpSwap: WCCompSwap, WRAtomicFetchAdd: WCFetchAdd,
+		WROpcode(7): WCSend, WROpcode(0xff): WCSend, // undefined: completed with an error as a SEND
 	} {
 		if got := WCOpcodeFor(op); got != want {
 			t.Errorf("WCOpcodeFor(%v) = %v, want %v", op, got, want)
