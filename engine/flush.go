@@ -29,8 +29,7 @@ func (e *Engine) flushQP(q *qp) (work bool) {
 			// wqeBuf, free while there is no head). The WQE is flushed
 			// whether it is valid or not: the decoder fills the header
 			// fields either way.
-			off := uint64(q.sqCons&(q.sqSize-1)) * uint64(q.sqStride)
-			copy(q.wqeBuf.Bytes(), q.sq.Bytes()[off:off+uint64(q.sqStride)])
+			copyEntry(q.wqeBuf.Bytes(), q.sq, q.sqCons, q.sqSize, q.sqStride)
 			w, _ := abi.DecodeSendWQE(q.wqeBuf.Bytes(), q.maxSendSGE, q.maxInline)
 			cqe = abi.CQE{WRID: w.WRID, Opcode: abi.WCOpcodeFor(w.Opcode)}
 		}
@@ -59,8 +58,7 @@ func (e *Engine) flushRQ(q *qp) (work bool) {
 			break
 		}
 		// As for the SQ: wr_id from a decoded copy, valid WQE or not.
-		off := uint64(q.rqCons&(q.rqSize-1)) * uint64(q.rqStride)
-		copy(q.rbuf, q.rq.Bytes()[off:off+uint64(q.rqStride)])
+		copyEntry(q.rbuf, q.rq, q.rqCons, q.rqSize, q.rqStride)
 		w, _ := abi.DecodeRecvWQE(q.rbuf, q.maxRecvSGE)
 		cqe := abi.CQE{WRID: w.WRID, Status: abi.WCWRFlushErr, Opcode: abi.WCRecv, QPN: q.qpn}
 		e.push(q, q.rcq, &cqe, false)

@@ -72,8 +72,7 @@ func (e *Engine) serveSQ(q *qp) (work bool) {
 // copy, so the guest cannot change it between check and use. A malformed
 // WQE completes at once with LOC_QP_OP_ERR; fetchHead then returns false.
 func (e *Engine) fetchHead(q *qp) bool {
-	off := uint64(q.sqCons&(q.sqSize-1)) * uint64(q.sqStride)
-	copy(q.wqeBuf.Bytes(), q.sq.Bytes()[off:off+uint64(q.sqStride)])
+	copyEntry(q.wqeBuf.Bytes(), q.sq, q.sqCons, q.sqSize, q.sqStride)
 	e.st.wqes.Add(1)
 	w, err := abi.DecodeSendWQE(q.wqeBuf.Bytes(), q.maxSendSGE, q.maxInline)
 	q.wqe = w

@@ -180,8 +180,7 @@ func (e *Engine) takeRecv(q *qp) (abi.RecvWQE, fabric.Outcome, bool) {
 		e.badProducer(q, "rq_prod", prod, q.rqCons)
 		return abi.RecvWQE{}, fabric.OutcomeRemoteOp, false
 	}
-	off := uint64(q.rqCons&(q.rqSize-1)) * uint64(q.rqStride)
-	copy(q.rbuf, q.rq.Bytes()[off:off+uint64(q.rqStride)])
+	copyEntry(q.rbuf, q.rq, q.rqCons, q.rqSize, q.rqStride)
 	rw, err := abi.DecodeRecvWQE(q.rbuf, q.maxRecvSGE)
 	if err != nil {
 		e.st.badWQEs.Add(1)

@@ -6,6 +6,14 @@ import (
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
+// copyEntry copies entry idx (a free-running counter) of a ring of size
+// entries (a power of two) of stride bytes into dst: WQEs are decoded from
+// such a private copy, never from guest memory the guest can rewrite.
+func copyEntry(dst []byte, ring guestmem.View, idx, size, stride uint32) {
+	off := uint64(idx&(size-1)) * uint64(stride)
+	copy(dst, ring.Bytes()[off:off+uint64(stride)])
+}
+
 // checkRing validates a ring of n entries of stride bytes at gpa for
 // creation: aligned to its stride (so no entry straddles anything and
 // index arithmetic is a mask), wholly inside one guest RAM region, and not
