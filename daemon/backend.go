@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/pvdma"
 )
 
 // Backend serves the vhost-user protocol for one device. *vhost.Backend
@@ -40,6 +41,9 @@ type Shared struct {
 	// Fabric connects the devices' data paths: QPs of two VMs served by
 	// one daemon reach each other through it.
 	Fabric fabric.Fabric
+	// Pins is the host's pinned-memory pool: every device's DMA pins
+	// count against its budget.
+	Pins *pvdma.Pool
 }
 
 // DeviceFactory builds the device model and its Backend for spec. spec

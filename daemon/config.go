@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vstellar/vstellar/pvdma"
 )
 
 // Defaults for Config fields left empty.
@@ -44,9 +46,10 @@ const (
 //	  "log_format": "json",
 //	  "socket_mode": "0660",
 //	  "shutdown_timeout": "10s",
+//	  "pin_budget_bytes": 68719476736,
 //	  "devices": [
 //	    {"name": "vm1-rdma0", "limits": {"max_qp": 1024}},
-//	    {"name": "vm2-rdma0"}
+//	    {"name": "vm2-rdma0", "pin": {"mode": "on-demand", "budget_bytes": 8589934592}}
 //	  ]
 //	}
 type Config struct {
@@ -61,6 +64,11 @@ type Config struct {
 	SocketMode FileMode `json:"socket_mode"`
 	// ShutdownTimeout bounds the whole shutdown of the Manager.
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	// PinBudget bounds the guest memory all devices together keep pinned
+	// for DMA, in bytes; least recently used chunks are released to stay
+	// under it. 0 means no bound when running as root (CAP_IPC_LOCK) and
+	// RLIMIT_MEMLOCK otherwise.
+	PinBudget uint64 `json:"pin_budget_bytes"`
 	// Devices are created when Run starts.
 	Devices []DeviceSpec `json:"devices"`
 
@@ -77,11 +85,41 @@ type DeviceSpec struct {
 	// Limits is a JSON object passed through to the device model
 	// unchanged. Absent or null means the device model's defaults.
 	Limits json.RawMessage `json:"limits,omitempty"`
+	// Pin says how the device pins guest memory for DMA. Absent means on
+	// demand with no budget of its own.
+	Pin *PinSpec `json:"pin,omitempty"`
+}
+
+// PinSpec is a device's pinning policy.
+type PinSpec struct {
+	// Mode is "on-demand" (pin 2 MiB chunks at first DMA, the default),
+	// "at-reg-mr" (also pin an MR's memory when it is registered) or
+	// "all" (pin all guest memory when the VMM adds it: the VFIO
+	// baseline).
+	Mode string `json:"mode,omitempty"`
+	// Budget bounds the memory this device pins on demand, in bytes
+	// (0: only the daemon's pin_budget_bytes).
+	Budget uint64 `json:"budget_bytes,omitempty"`
+}
+
+// PinMode is the spec's pin mode (on demand if unset).
+func (s DeviceSpec) PinMode() (pvdma.Mode, error) {
+	if s.Pin == nil || s.Pin.Mode == "" {
+		return pvdma.ModeOnDemand, nil
+	}
+	m, err := pvdma.ParseMode(s.Pin.Mode)
+	if err != nil {
+		return 0, fmt.Errorf("%w: device %q: pin: %w", ErrInvalid, s.Name, err)
+	}
+	return m, nil
 }
 
 // Validate checks the spec. Errors wrap ErrInvalid.
 func (s DeviceSpec) Validate() error {
 	if err := ValidateName(s.Name); err != nil {
+		return err
+	}
+	if _, err := s.PinMode(); err != nil {
 		return err
 	}
 	if len(s.Limits) == 0 {

@@ -100,6 +100,9 @@ func TestConfigValidate(t *testing.T) {
 		{"zero timeout", func(c *daemon.Config) { c.ShutdownTimeout = 0 }, "shutdown_timeout"},
 		{"bad device name", func(c *daemon.Config) { c.Devices = []daemon.DeviceSpec{{Name: "../x"}} }, "devices[0]"},
 		{"duplicate device", func(c *daemon.Config) { c.Devices = []daemon.DeviceSpec{{Name: "a"}, {Name: "a"}} }, "twice"},
+		{"pin mode", func(c *daemon.Config) {
+			c.Devices = []daemon.DeviceSpec{{Name: "a", Pin: &daemon.PinSpec{Mode: "eager"}}}
+		}, "pin mode"},
 		{"limits not object", func(c *daemon.Config) {
 			c.Devices = []daemon.DeviceSpec{{Name: "a", Limits: json.RawMessage(`[1]`)}}
 		}, "JSON object"},

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/pvdma"
 )
 
 // Manager owns the devices of one daemon and its management API. Create
@@ -66,7 +67,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		cfg:     cfg,
 		log:     log,
 		factory: cfg.Factory,
-		shared:  Shared{Fabric: fabric.NewLocal()},
+		shared:  Shared{Fabric: fabric.NewLocal(), Pins: pvdma.NewPool(cmp.Or(cfg.PinBudget, pvdma.DefaultLimit()), nil)},
 		ready:   make(chan struct{}),
 		devices: make(map[string]*entry),
 	}, nil

@@ -21,7 +21,15 @@ func StellarDevice(_ context.Context, spec DeviceSpec, shared Shared, log *slog.
 	if err != nil {
 		return Instance{}, err
 	}
-	dev, err := stellardev.New(stellardev.Config{Name: spec.Name, Limits: limits, Fabric: shared.Fabric}, log)
+	mode, err := spec.PinMode()
+	if err != nil {
+		return Instance{}, err
+	}
+	cfg := stellardev.Config{Name: spec.Name, Limits: limits, Fabric: shared.Fabric, Pins: shared.Pins, PinMode: mode}
+	if spec.Pin != nil {
+		cfg.PinBudget = spec.Pin.Budget
+	}
+	dev, err := stellardev.New(cfg, log)
 	switch {
 	case errors.Is(err, abi.ErrBadValue):
 		// Limits out of range: the operator's error (HTTP 400).

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,8 @@ import (
 
 	stellardev "github.com/vstellar/vstellar/device"
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/pvdma"
+	"github.com/vstellar/vstellar/virtio/abi"
 )
 
 func TestParseLimits(t *testing.T) {
@@ -131,4 +134,33 @@ func TestStellarDevicesShareTheDaemonFabric(t *testing.T) {
 		t.Fatalf("destroyed device still on the fabric: %v", err)
 	}
 	unreg()
+}
+
+// TestFactoryPinSpec: the spec's pin mode reaches the device (it tells
+// the driver whether REG_MR is cheap) and a bad one is the operator's
+// error.
+func TestFactoryPinSpec(t *testing.T) {
+	shared := Shared{Pins: pvdma.NewPool(0, nil)}
+	for mode, onDemand := range map[string]bool{"": true, "on-demand": true, "at-reg-mr": false, "all": false} {
+		spec := DeviceSpec{Name: "pin-" + mode}
+		if mode != "" {
+			spec.Pin = &PinSpec{Mode: mode, Budget: 64 << 20}
+		}
+		inst, err := StellarDevice(context.Background(), spec, shared, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev := inst.Device.(*stellardev.Device)
+		attr := dev.Attr()
+		if got := attr.DeviceCapFlags&abi.DevCapOnDemandPinning != 0; got != onDemand {
+			t.Errorf("mode %q: ON_DEMAND_PINNING %v, want %v", mode, got, onDemand)
+		}
+		if dev.Pins().Mode().String() != cmp.Or(mode, "on-demand") {
+			t.Errorf("mode %q: device pins %v", mode, dev.Pins().Mode())
+		}
+		inst.Device.Close()
+	}
+	if _, err := StellarDevice(context.Background(), DeviceSpec{Name: "x", Pin: &PinSpec{Mode: "eager"}}, shared, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad pin mode: %v", err)
+	}
 }

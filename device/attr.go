@@ -1,6 +1,9 @@
 package device
 
-import "github.com/vstellar/vstellar/virtio/abi"
+import (
+	"github.com/vstellar/vstellar/pvdma"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
 
 // localCAAckDelay is reported as in rxe (2^15 * 4.096 us): a software
 // device's acknowledgement delay is dominated by scheduling, not wire time.
@@ -9,9 +12,25 @@ const localCAAckDelay = 15
 // deviceCapFlags are the capabilities the device has: RESIZE_CQ and RNR
 // NAKs on RC QPs (a SEND that finds no receive WQE is retried after the
 // QP's RNR timer). Not port events: the one port never changes state, so
-// the device never sends one. On-demand pinning and multipath come with
-// PVDMA and the transport.
+// the device never sends one. Multipath comes with the transport.
+// ON_DEMAND_PINNING is added when the device pins on demand (capFlags).
 const deviceCapFlags = abi.DevCapResizeCQ | abi.DevCapRCRNRNAKGen
+
+// capFlags are the device's capability flags: ON_DEMAND_PINNING tells the
+// driver that REG_MR is cheap (it pins nothing) unless the operator made
+// the device pin at registration or pin all its memory.
+func (d *Device) capFlags() uint64 {
+	if d.pins.Mode() == pvdma.ModeOnDemand {
+		return deviceCapFlags | abi.DevCapOnDemandPinning
+	}
+	return deviceCapFlags
+}
+
+// Attr is what QUERY_DEVICE answers.
+func (d *Device) Attr() abi.DeviceAttr { return d.deviceAttr() }
+
+// Pins is the device's pin cache, for its metrics and the operator's view.
+func (d *Device) Pins() *pvdma.Cache { return d.pins }
 
 // deviceAttr builds the QUERY_DEVICE response from the limits. Atomics
 // are AtomicGlob: the engine performs them with CPU atomic instructions on
@@ -25,7 +44,7 @@ func (d *Device) deviceAttr() abi.DeviceAttr {
 		SysImageGUID:    d.guid,
 		MaxMRSize:       l.MaxMRSize,
 		PageSizeCap:     l.PageSizeCap,
-		DeviceCapFlags:  deviceCapFlags,
+		DeviceCapFlags:  d.capFlags(),
 		VendorID:        abi.PCIVendorID,
 		VendorPartID:    abi.PCIDeviceID,
 		HWVer:           abi.ABIVersion,

@@ -188,7 +188,9 @@ func mttError(err error) error {
 	switch {
 	case errors.Is(err, emtt.ErrBadAddress), errors.Is(err, emtt.ErrIOMemory):
 		st = abi.StatusBadAddress
-	case errors.Is(err, emtt.ErrFull):
+	case errors.Is(err, emtt.ErrFull), errors.Is(err, emtt.ErrPin):
+		// ErrPin: pinning at registration (pvdma.ModeAtRegMR) found the
+		// pin budget held by chunks in use.
 		st = abi.StatusNoResources
 	case errors.Is(err, emtt.ErrNoKey):
 		st = abi.StatusNotFound

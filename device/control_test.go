@@ -40,7 +40,7 @@ func TestQueryDevice(t *testing.T) {
 			MaxPD: abi.DefaultLimits.MaxPD, MaxQPRdAtom: abi.DefaultLimits.MaxQPRdAtom,
 			MaxQPInitRdAtom: abi.DefaultLimits.MaxQPRdAtom, MaxAH: abi.DefaultLimits.MaxAH,
 			MaxInlineData: abi.DefaultLimits.MaxInlineData, AtomicCap: abi.AtomicGlob,
-			DeviceCapFlags: abi.DevCapResizeCQ | abi.DevCapRCRNRNAKGen,
+			DeviceCapFlags: abi.DevCapResizeCQ | abi.DevCapRCRNRNAKGen | abi.DevCapOnDemandPinning,
 			PhysPortCnt:    1, LocalCAAckDelay: 15,
 		}
 		if a != want {

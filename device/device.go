@@ -13,6 +13,7 @@ import (
 	"github.com/vstellar/vstellar/engine"
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/shmregion"
 	"github.com/vstellar/vstellar/vhost"
 	"github.com/vstellar/vstellar/virtio"
@@ -32,6 +33,14 @@ type Config struct {
 	// the destination GIDs. Devices that should reach each other share
 	// one; nil gives the device a private fabric.Local of its own.
 	Fabric fabric.Fabric
+	// Pins is the host's pinned-memory pool, shared by its devices; nil
+	// gives the device a private pool with pvdma.DefaultLimit.
+	Pins *pvdma.Pool
+	// PinMode says when guest memory is pinned (default on demand).
+	PinMode pvdma.Mode
+	// PinBudget bounds what this device pins on demand (0: only the
+	// pool's limit).
+	PinBudget uint64
 }
 
 // maxNameLen keeps the memfd name ("vstellar:" + name + "-doorbells")
@@ -68,9 +77,10 @@ type Device struct {
 	// attr is the QUERY_DEVICE response payload; fixed at New.
 	attr []byte
 
-	fab fabric.Fabric
-	mtt *emtt.Table
-	eng *engine.Engine
+	fab  fabric.Fabric
+	pins *pvdma.Cache
+	mtt  *emtt.Table
+	eng  *engine.Engine
 	// unregGID0 takes GID index 0 off the fabric (at Close).
 	unregGID0 func()
 	// gidSnap is a copy of the GID table (zero GID = empty entry) that
@@ -142,15 +152,22 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 	if fab == nil {
 		fab = fabric.NewLocal()
 	}
+	pool := cfg.Pins
+	if pool == nil {
+		pool = pvdma.NewPool(pvdma.DefaultLimit(), nil)
+	}
+	dlog := log.With("device", cfg.Name)
+	pins := pool.NewCache(pvdma.Options{Name: cfg.Name, Mode: cfg.PinMode, Budget: cfg.PinBudget, Log: dlog})
 	d := &Device{
 		name:   cfg.Name,
-		log:    log.With("device", cfg.Name),
+		log:    dlog,
 		limits: limits,
 		guid:   nodeGUID(cfg.Name),
 		db:     db,
 		layout: layout,
 		fab:    fab,
-		mtt:    emtt.New(limits.MaxMR),
+		pins:   pins,
+		mtt:    emtt.New(limits.MaxMR, pins),
 	}
 	d.gid0 = deviceGID(d.guid)
 	d.eng = engine.New(engine.Config{
@@ -168,6 +185,7 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 	d.unregGID0, err = fab.Register(d.gid0, d.eng)
 	if err != nil {
 		db.Close()
+		pins.Close()
 		return nil, fmt.Errorf("device %q: GID %x: %w: %w", cfg.Name, d.gid0[:], ErrGIDInUse, err)
 	}
 	d.attr, _ = d.deviceAttr().MarshalBinary()
@@ -221,6 +239,7 @@ func (d *Device) Close() error {
 	d.stopEngineLocked()
 	d.resetObjectsLocked()
 	d.o.closed = true
+	d.pins.Close() // unpins what is left before the memory goes
 	d.omu.Unlock()
 	d.unregGID0()
 	d.closed = true

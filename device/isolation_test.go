@@ -108,7 +108,7 @@ func (g *vmGuest) connect(qpn uint32, dgid abi.GID, dqpn uint32, access abi.Acce
 		Attr:     abi.QPAttr{State: abi.QPStateRTR, PathMTU: abi.MTU4096, DestQPN: dqpn, MaxDestRdAtomic: 1, MinRNRTimer: 1, AH: abi.AHAttr{DGID: dgid, Port: 1}}}, nil)
 	g.must(abi.OpModifyQP, &abi.ModifyQPReq{QPN: qpn,
 		AttrMask: abi.QPAttrState | abi.QPAttrSQPSN | abi.QPAttrMaxQPRdAtomic | abi.QPAttrRetryCnt | abi.QPAttrRNRRetry | abi.QPAttrTimeout,
-		Attr:     abi.QPAttr{State: abi.QPStateRTS, MaxRdAtomic: 1, RetryCnt: 1, RNRRetry: 1, Timeout: 1}}, nil)
+		Attr:     abi.QPAttr{State: abi.QPStateRTS, MaxRdAtomic: 1, RetryCnt: 1, RNRRetry: 1, Timeout: 14}}, nil)
 }
 
 // doorbell is the guest's view of doorbell record i (shared memory mode).

@@ -131,6 +131,11 @@ func (d *Device) activateLocked(mode DoorbellMode, mem *guestmem.Table) error {
 	// A Backend reports memory changes through SetMemory; this covers a
 	// host that activates on memory the device has not seen.
 	moved := mem != d.o.mem
+	if moved {
+		if err := d.pins.SetMemory(mem); err != nil {
+			return err
+		}
+	}
 	d.o.mem = mem
 	var err error
 	switch {

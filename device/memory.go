@@ -1,6 +1,8 @@
 package device
 
 import (
+	"fmt"
+
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
@@ -16,10 +18,23 @@ import (
 // area went away, stays stopped (its rings and the MRs still move onto
 // the new table, since the old one is unmapped once this returns) and
 // the driver hears DEVICE_FATAL.
+//
+// The pin cache moves first: chunks of memory that went away are unpinned
+// and their areas marked gone before anything else (a DMA racing the
+// change fails cleanly), and in pvdma.ModeAll new memory is pinned whole,
+// which may fail and so refuse the change before anything moved. nil
+// (the connection is going, its memory with it) only unpins: the objects
+// wait for a reconnect's memory.
 func (d *Device) SetMemory(mem *guestmem.Table) error {
 	d.omu.Lock()
 	defer d.omu.Unlock()
 	if d.o.closed {
+		return nil
+	}
+	if err := d.pins.SetMemory(mem); err != nil {
+		return fmt.Errorf("device %q: %w", d.name, err)
+	}
+	if mem == nil {
 		return nil
 	}
 	inFallback := d.o.started && d.o.dbArea != nil

@@ -133,6 +133,8 @@ func qpDoorbell(qpn uint32) uint32             { return qpSlot(qpn) }
 func (d *Device) resetObjectsLocked() {
 	d.eng.Reset()
 	d.mtt.Clear()
+	// The MRs and queues that used the pinned chunks are gone.
+	d.pins.Drop()
 	d.o.mrExtraSpans = 0
 	d.o.pds.clear()
 	d.o.cqs.clear()

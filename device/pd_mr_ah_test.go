@@ -53,7 +53,7 @@ func TestPD(t *testing.T) {
 // read) and returns them.
 func translate(t *testing.T, d *Device, key, pd uint32, iova, n uint64) ([]byte, error) {
 	t.Helper()
-	views, err := d.mtt.Translate(nil, emtt.Key(key), pd, 0, iova, n)
+	views, err := d.mtt.Translate(nil, nil, emtt.Key(key), pd, 0, iova, n)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,12 @@
 //     Rebind can move them onto a new guest memory table (or invalidate
 //     them when their memory went away) before the old mappings are
 //     unmapped.
+//   - A region's host memory is indexed in 2 MiB IOVA entries with exact
+//     tails; each piece points at its pvdma Area, so a translation with a
+//     Hold also takes the pin references its DMA needs (pinning chunks on
+//     first touch). A table with a pin cache binds only memory the cache
+//     knows: the owner moves the cache (pvdma.Cache.SetMemory) first.
 //
-// Issue 4 grows this into 2 MiB entries with exact tails, pinned on demand
-// through pvdma/; the API stays.
+// Package twolevel models the two-step path this table replaces, for
+// measurement.
 package emtt

@@ -36,7 +36,7 @@ const rw = abi.AccessLocalWrite | abi.AccessRemoteWrite | abi.AccessRemoteRead
 
 func TestTranslateChecksPDAccessAndRange(t *testing.T) {
 	mem, maps := guestRAM(t)
-	tab := emtt.New(16)
+	tab := emtt.New(16, nil)
 	r, err := tab.Insert(mem, emtt.Spec{PD: 1, Access: rw, IOVA: 0x10000, Length: 8192, Spans: []emtt.Span{{GPA: 0x2000, Len: 8192}}})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func TestTranslateChecksPDAccessAndRange(t *testing.T) {
 		t.Fatalf("key %#x has index 0", uint32(r.Key))
 	}
 	maps[0].View().PutUint64(0x2000+100, 0xfeedface)
-	vs, err := tab.Translate(nil, r.Key, 1, abi.AccessRemoteWrite, 0x10000+100, 8)
+	vs, err := tab.Translate(nil, nil, r.Key, 1, abi.AccessRemoteWrite, 0x10000+100, 8)
 	if err != nil || len(vs) != 1 || vs[0].Uint64(0) != 0xfeedface {
 		t.Fatalf("translate = %v, %v", vs, err)
 	}
@@ -68,7 +68,7 @@ func TestTranslateChecksPDAccessAndRange(t *testing.T) {
 		{"zero", 0, 1, 0, 0x10000, 8, emtt.ErrNoKey},
 		{"huge index", 0xffffff00, 1, 0, 0x10000, 8, emtt.ErrNoKey},
 	} {
-		if _, err := tab.Translate(nil, c.key, c.pd, c.need, c.iova, c.n); !errors.Is(err, c.want) {
+		if _, err := tab.Translate(nil, nil, c.key, c.pd, c.need, c.iova, c.n); !errors.Is(err, c.want) {
 			t.Errorf("%s: err = %v, want %v", c.name, err, c.want)
 		}
 	}
@@ -76,7 +76,7 @@ func TestTranslateChecksPDAccessAndRange(t *testing.T) {
 
 func TestStaleKeyAfterRemoveAndReuse(t *testing.T) {
 	mem, _ := guestRAM(t)
-	tab := emtt.New(1)
+	tab := emtt.New(1, nil)
 	spec := emtt.Spec{PD: 1, Access: rw, IOVA: 0, Length: 4096, Spans: []emtt.Span{{GPA: 0, Len: 4096}}}
 	a, err := tab.Insert(mem, spec)
 	if err != nil {
@@ -105,7 +105,7 @@ func TestStaleKeyAfterRemoveAndReuse(t *testing.T) {
 
 func TestSpansAcrossRegionsAndPages(t *testing.T) {
 	mem, maps := guestRAM(t)
-	tab := emtt.New(4)
+	tab := emtt.New(4, nil)
 	// Two pages in different regions, in reverse GPA order, then a page
 	// contiguous with the second: three spans, two host segments.
 	spans := []emtt.Span{{GPA: 4<<20 + 0x1000, Len: 4096}, {GPA: 0x3000, Len: 4096}, {GPA: 0x4000, Len: 4096}}
@@ -116,7 +116,7 @@ func TestSpansAcrossRegionsAndPages(t *testing.T) {
 	maps[1].View().PutUint32(0x1000+4092, 0x11111111)
 	maps[0].View().PutUint32(0x3000, 0x22222222)
 	maps[0].View().PutUint32(0x4000, 0x33333333)
-	vs, err := tab.Translate(nil, r.Key, 1, 0, 0x100000+4092, 8196)
+	vs, err := tab.Translate(nil, nil, r.Key, 1, 0, 0x100000+4092, 8196)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestSpansAcrossRegionsAndPages(t *testing.T) {
 
 func TestIOMemoryIsNeverCovered(t *testing.T) {
 	mem, _ := guestRAM(t)
-	tab := emtt.New(4)
+	tab := emtt.New(4, nil)
 	io := emtt.Span{GPA: 0x8000, Len: 0x2000}
 	if err := tab.ReserveIO(io); err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func TestIOMemoryIsNeverCovered(t *testing.T) {
 
 func TestRebindInvalidatesRemovedMemory(t *testing.T) {
 	mem, _ := guestRAM(t)
-	tab := emtt.New(4)
+	tab := emtt.New(4, nil)
 	low, _ := tab.Insert(mem, emtt.Spec{PD: 1, Length: 4096, Spans: []emtt.Span{{GPA: 0, Len: 4096}}})
 	high, _ := tab.Insert(mem, emtt.Spec{PD: 1, Length: 4096, Spans: []emtt.Span{{GPA: 4 << 20, Len: 4096}}})
 	r0, _ := mem.Lookup(0)
@@ -183,10 +183,10 @@ func TestRebindInvalidatesRemovedMemory(t *testing.T) {
 	if n := tab.Rebind(smaller); n != 1 {
 		t.Fatalf("Rebind invalidated %d regions, want 1", n)
 	}
-	if _, err := tab.Translate(nil, high.Key, 1, 0, 0, 8); !errors.Is(err, emtt.ErrInvalidated) {
+	if _, err := tab.Translate(nil, nil, high.Key, 1, 0, 0, 8); !errors.Is(err, emtt.ErrInvalidated) {
 		t.Fatalf("MR over removed memory: %v", err)
 	}
-	vs, err := tab.Translate(nil, low.Key, 1, 0, 0, 8)
+	vs, err := tab.Translate(nil, nil, low.Key, 1, 0, 0, 8)
 	if err != nil || len(vs) != 1 {
 		t.Fatalf("MR over kept memory: %v", err)
 	}
@@ -196,7 +196,7 @@ func TestRebindInvalidatesRemovedMemory(t *testing.T) {
 	if tab.Rebind(mem); tab.Len() != 2 {
 		t.Fatal("Rebind dropped a key")
 	}
-	if _, err := tab.Translate(nil, high.Key, 1, 0, 0, 8); !errors.Is(err, emtt.ErrInvalidated) {
+	if _, err := tab.Translate(nil, nil, high.Key, 1, 0, 0, 8); !errors.Is(err, emtt.ErrInvalidated) {
 		t.Fatalf("invalidated MR came back: %v", err)
 	}
 }
@@ -205,7 +205,7 @@ func TestRebindInvalidatesRemovedMemory(t *testing.T) {
 // removes; the race detector checks the publication.
 func TestLookupsRaceWithUpdates(t *testing.T) {
 	mem, _ := guestRAM(t)
-	tab := emtt.New(2048)
+	tab := emtt.New(2048, nil)
 	var keys sync.Map
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -251,11 +251,11 @@ func BenchmarkTranslate(b *testing.B) {
 	m, _ := guestmem.MapAnonymous(1 << 20)
 	defer m.Unmap()
 	mem, _ := guestmem.NewTable([]guestmem.Region{{GuestPhys: 0, Size: 1 << 20, UserAddr: 1 << 40, Mapping: m}})
-	tab := emtt.New(1024)
+	tab := emtt.New(1024, nil)
 	r, _ := tab.Insert(mem, emtt.Spec{PD: 1, Access: rw, Length: 1 << 20, Spans: []emtt.Span{{GPA: 0, Len: 1 << 20}}})
 	dst := make([]guestmem.View, 0, 4)
 	b.ReportAllocs()
 	for b.Loop() {
-		dst, _ = tab.Translate(dst[:0], r.Key, 1, abi.AccessRemoteWrite, 4096, 4096)
+		dst, _ = tab.Translate(dst[:0], nil, r.Key, 1, abi.AccessRemoteWrite, 4096, 4096)
 	}
 }

@@ -26,7 +26,10 @@ func (b *busyPeer) Respond(req *fabric.Request) fabric.Outcome {
 // TestBusyPeerCostsNoRetry: a responder that is briefly busy (a control
 // change holds its data path) is retried within microseconds, and those
 // retries do not use up retry_cnt: with retry_cnt 0 the WRITE still
-// succeeds. A peer busy for a whole timeout does count, and fails it.
+// succeeds. A peer busy for a whole timeout does count, and fails it. The
+// timeout is 67 ms (encoding 14), long enough that a loaded CI machine
+// descheduling the engine for a few milliseconds cannot turn "briefly"
+// into "a whole timeout".
 func TestBusyPeerCostsNoRetry(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -49,7 +52,7 @@ func TestBusyPeerCostsNoRetry(t *testing.T) {
 			cq := g.CreateCQ(8)
 			q := g.CreateQP(pd, cq, cq, enginetest.QPOpts{SQSize: 8, RQSize: 8})
 			conn := enginetest.DefaultConn
-			conn.RetryCnt, conn.Timeout = 0, 1 // no retries; 1 ms timeout
+			conn.RetryCnt, conn.Timeout = 0, 14 // no retries; 4.096 µs << 14 = 67 ms
 			q.ToRTS(peerGID, 7, conn)
 			src := g.NewBuf(pd, 0, 8)
 			q.PostSend(abi.SendWQE{WRID: 1, Opcode: abi.WRRDMAWrite, Flags: abi.SendSignaled, RemoteAddr: 0x1000, RKey: 0x100},

@@ -65,7 +65,7 @@ func TestCreateCQChecks(t *testing.T) {
 }
 
 func TestCreateBeforeMemoryIsRefused(t *testing.T) {
-	e := engine.New(engine.Config{Name: "x", Limits: enginetest.Limits, MTT: emtt.New(16), Fabric: fabric.NewLocal()})
+	e := engine.New(engine.Config{Name: "x", Limits: enginetest.Limits, MTT: emtt.New(16, nil), Fabric: fabric.NewLocal()})
 	wantStatus(t, "cq without memory", e.CreateCQ(engine.CQSpec{CQN: 1, Doorbell: 64, RingAddr: enginetest.RAMBase, Entries: 4}), abi.StatusBadAddress)
 	// After SetMemory (while stopped) creation works, and Start binds the
 	// record.

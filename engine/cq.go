@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -33,6 +34,8 @@ type cq struct {
 	prod   uint32 // CQEs written; the authoritative copy of the record's prod
 	armAck uint32 // last arm sequence number that produced an event
 	broken bool   // overflowed or lost its ring: completions are dropped
+	// ringPins keep the ring's memory pinned while the CQ lives (mu).
+	ringPins pvdma.Hold
 }
 
 // push writes one CQE of QP q into c (q's send or receive CQ). solicited
@@ -135,11 +138,15 @@ func (e *Engine) createCQ(s CQSpec) error {
 		return err
 	}
 	c := &cq{cqn: s.CQN, dbIndex: s.Doorbell, entries: s.Entries, addr: s.RingAddr, ring: ring, ringOK: true}
+	if err := e.pinRing(&c.ringPins, "cq ring", s.RingAddr, uint64(s.Entries)*abi.CQESize); err != nil {
+		return err
+	}
 	if e.running {
 		// The engine is running, but it only reaches this CQ through a QP
 		// created later, after this CQ is published: no gate needed.
 		if err := touchGuest(fmt.Sprintf("cq %d: doorbell record", s.CQN), func() { e.bindCQRecord(c) }); err != nil {
 			e.memoryFaulted(err.Error())
+			c.ringPins.Release()
 			return err
 		}
 	}
@@ -196,6 +203,11 @@ func (e *Engine) resizeCQ(cqn, entries uint32, ringAddr uint64) error {
 	if err != nil {
 		return err
 	}
+	var pins pvdma.Hold
+	if err := e.pinRing(&pins, "cq ring", ringAddr, uint64(entries)*abi.CQESize); err != nil {
+		return err
+	}
+	defer func() { pins.Release() }() // the old ring's pins on success
 	e.gate.Lock()
 	defer e.gate.Unlock()
 	c.mu.Lock()
@@ -228,6 +240,7 @@ func (e *Engine) resizeCQ(cqn, entries uint32, ringAddr uint64) error {
 		return statusErr(abi.StatusInvalidArgument, "cq %d: %d unconsumed CQEs do not fit %d entries", cqn, used, entries)
 	}
 	c.ring, c.entries, c.addr = ring, entries, ringAddr
+	c.ringPins, pins = pins, c.ringPins
 	return nil
 }
 
@@ -248,5 +261,6 @@ func (e *Engine) destroyCQ(cqn uint32) error {
 	e.cqs[cqn-1].Store(nil)
 	delete(e.dbUsed, c.dbIndex)
 	e.gate.Unlock()
+	c.ringPins.Release()
 	return nil
 }

@@ -101,7 +101,7 @@ func fuzzMTT(t testing.TB) (*emtt.Table, []uint32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mtt := emtt.New(16)
+	mtt := emtt.New(16, nil)
 	var keys []uint32
 	for i, s := range []emtt.Spec{
 		{PD: 1, Access: abi.AccessLocalWrite, IOVA: 0x1000, Length: 0x1000, Spans: []emtt.Span{{GPA: 0x1000, Len: 0x1000}}},
@@ -156,7 +156,7 @@ func FuzzSendWQE(f *testing.F) {
 		if w.Opcode == abi.WRRDMARead || w.Opcode.IsAtomic() {
 			need = abi.AccessLocalWrite
 		}
-		views, total, st := gatherSGEs(mtt, nil, b[abi.SendWQEHeaderSize:], int(w.NumSGE), pdn, need)
+		views, total, st := gatherSGEs(mtt, nil, nil, b[abi.SendWQEHeaderSize:], int(w.NumSGE), pdn, need)
 		if st != abi.WCSuccess {
 			if st != abi.WCLocProtErr {
 				t.Fatalf("status %v", st)

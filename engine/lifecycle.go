@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -126,15 +127,31 @@ func (e *Engine) rebindMemory(mem *guestmem.Table) {
 			c.broken = true
 			e.cqFailed(c, err.Error())
 		}
+		c.ringPins.Release()
+		if err == nil {
+			e.repinRing(&c.ringPins, "cq ring", c.addr, uint64(c.entries)*abi.CQESize)
+		}
 	})
 	for _, q := range *e.live.Load() {
 		sq, err1 := e.translateRing("send queue", q.sqAddr, uint64(q.sqSize)*uint64(q.sqStride))
 		rq, err2 := e.translateRing("receive queue", q.rqAddr, uint64(q.rqSize)*uint64(q.rqStride))
 		q.sq, q.rq, q.ringsOK = sq, rq, err1 == nil && err2 == nil
+		q.ringPins.Release()
 		if !q.ringsOK {
 			e.log.Warn("qp rings left guest memory", "qpn", q.qpn)
 			e.qpFailed(q, abi.WCFatalErr)
+			continue
 		}
+		e.repinRing(&q.ringPins, "send queue", q.sqAddr, uint64(q.sqSize)*uint64(q.sqStride))
+		e.repinRing(&q.ringPins, "receive queue", q.rqAddr, uint64(q.rqSize)*uint64(q.rqStride))
+	}
+}
+
+// repinRing pins a ring again where the memory now is. If the budget
+// says no the ring stays usable, unpinned, and the engine says so.
+func (e *Engine) repinRing(h *pvdma.Hold, what string, gpa, size uint64) {
+	if err := e.pinRing(h, what, gpa, size); err != nil {
+		e.log.Warn("ring not pinned after a memory change", "ring", what, "err", err)
 	}
 }
 
@@ -144,6 +161,7 @@ func (e *Engine) reset() {
 	defer e.mu.Unlock()
 	e.lockQuiet(nil)
 	old := *e.live.Load()
+	e.forEachCQ(func(c *cq) { c.ringPins.Release() })
 	for i := range e.qps {
 		e.qps[i].Store(nil)
 	}
@@ -155,9 +173,7 @@ func (e *Engine) reset() {
 	e.broken.Store(false)
 	e.gate.Unlock()
 	for _, q := range old {
-		if err := q.scratch.Unmap(); err != nil {
-			e.log.Warn("unmap qp scratch", "qpn", q.qpn, "err", err)
-		}
+		e.release(q)
 	}
 }
 

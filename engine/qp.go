@@ -7,6 +7,7 @@ import (
 
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -58,6 +59,8 @@ type qp struct {
 	busySince int64  // engine clock of the first of a run of OutcomeBusy; 0 = none
 	waitUntil int64  // engine clock; 0 = not waiting
 	views     []guestmem.View
+	hold      pvdma.Hold    // pins of views while the request is in flight
+	ringPins  pvdma.Hold    // the SQ's and RQ's memory, while the QP lives (mu)
 	inflight  atomic.Bool   // posted, not yet completed (asynchronous fabrics)
 	posting   atomic.Bool   // the engine goroutine is inside Fabric.Post (see Complete)
 	busy      atomic.Bool   // head, published for QUERY_QP (sq_draining)
@@ -70,6 +73,8 @@ type qp struct {
 	rbuf   []byte          // copy of the receive WQE being consumed
 	rviews []guestmem.View // receive buffers
 	tviews []guestmem.View // responder-side MR views
+	// rspHold holds the pins of the request being responded to (rmu).
+	rspHold pvdma.Hold
 }
 
 // Complete implements fabric.Completer. It may run on any goroutine,
@@ -166,8 +171,16 @@ func (e *Engine) createQP(s QPSpec) error {
 	// The WQE is copied into engine-owned host memory before it is
 	// decoded; an anonymous mapping (not the Go heap) so that an inline
 	// payload can travel as a guestmem.View like any other buffer.
+	var ringPins pvdma.Hold
+	if err := e.pinRing(&ringPins, "send queue", s.SQAddr, uint64(s.SQSize)*uint64(sqStride)); err != nil {
+		return err
+	}
+	if err := e.pinRing(&ringPins, "receive queue", s.RQAddr, uint64(s.RQSize)*uint64(rqStride)); err != nil {
+		return err
+	}
 	scratch, err := guestmem.MapAnonymous(uint64(sqStride))
 	if err != nil {
+		ringPins.Release()
 		return statusErr(abi.StatusNoResources, "qp %d: %v", s.QPN, err)
 	}
 	q := &qp{
@@ -175,18 +188,17 @@ func (e *Engine) createQP(s QPSpec) error {
 		sqSize: s.SQSize, rqSize: s.RQSize, maxSendSGE: s.MaxSendSGE, maxRecvSGE: s.MaxRecvSGE,
 		maxInline: s.MaxInlineData, sqAddr: s.SQAddr, rqAddr: s.RQAddr, sqStride: sqStride, rqStride: rqStride,
 		scratch: scratch, wqeBuf: scratch.View(), sq: sq, rq: rq, ringsOK: true,
-		views:  make([]guestmem.View, 0, s.MaxSendSGE+4),
-		rbuf:   make([]byte, rqStride),
-		rviews: make([]guestmem.View, 0, s.MaxRecvSGE+4),
-		tviews: make([]guestmem.View, 0, 4),
+		views:    make([]guestmem.View, 0, s.MaxSendSGE+4),
+		rbuf:     make([]byte, rqStride),
+		rviews:   make([]guestmem.View, 0, s.MaxRecvSGE+4),
+		tviews:   make([]guestmem.View, 0, 4),
+		ringPins: ringPins,
 	}
 	q.attr.Store(&abi.QPAttr{})
 	if e.running {
 		if err := touchGuest(fmt.Sprintf("qp %d: doorbell record", s.QPN), func() { e.bindQPRecord(q) }); err != nil {
 			e.memoryFaulted(err.Error())
-			if uerr := scratch.Unmap(); uerr != nil {
-				e.log.Warn("unmap qp scratch", "qpn", s.QPN, "err", uerr)
-			}
+			e.release(q)
 			return err
 		}
 	}
@@ -433,8 +445,17 @@ func (e *Engine) destroyQP(qpn uint32) error {
 	q.scq.refs--
 	q.rcq.refs--
 	delete(e.dbUsed, q.dbIndex)
-	if err := q.scratch.Unmap(); err != nil {
-		e.log.Warn("unmap qp scratch", "qpn", qpn, "err", err)
-	}
+	e.release(q)
 	return nil
+}
+
+// release frees what a destroyed QP still holds: the pins of a request
+// whose outcome the engine had not processed yet, and its scratch page.
+// Called past the gate, with nothing else using q.
+func (e *Engine) release(q *qp) {
+	q.hold.Release()
+	q.ringPins.Release()
+	if err := q.scratch.Unmap(); err != nil {
+		e.log.Warn("unmap qp scratch", "qpn", q.qpn, "err", err)
+	}
 }

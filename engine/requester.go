@@ -93,6 +93,7 @@ func (e *Engine) fetchHead(q *qp) bool {
 // retry the guest may have deregistered the MR or the memory moved.
 func (e *Engine) post(q *qp) {
 	if st := e.buildRequest(q); st != abi.WCSuccess {
+		q.hold.Release()
 		e.retire(q, st, 0)
 		return
 	}
@@ -187,7 +188,7 @@ func (e *Engine) buildRequest(q *qp) abi.WCStatus {
 			need = abi.AccessLocalWrite // the local buffer is written
 		}
 		payload := q.wqeBuf.Bytes()[abi.SendWQEHeaderSize:]
-		views, n, st := gatherSGEs(e.cfg.MTT, r.Local, payload, int(w.NumSGE), q.pdn, need)
+		views, n, st := gatherSGEs(e.cfg.MTT, &q.hold, r.Local, payload, int(w.NumSGE), q.pdn, need)
 		q.views = views[:0] // keep a grown array for the next WQE
 		if st != abi.WCSuccess {
 			return st
@@ -205,6 +206,9 @@ func (e *Engine) buildRequest(q *qp) abi.WCStatus {
 
 // finish acts on the outcome of the head WQE's request.
 func (e *Engine) finish(q *qp, o fabric.Outcome) {
+	// The request's buffers are done with: a retry translates (and pins)
+	// them again.
+	q.hold.Release()
 	a := q.attr.Load()
 	if o != fabric.OutcomeBusy {
 		q.busySince = 0 // a run of busy answers is over

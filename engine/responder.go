@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime/debug"
 
@@ -63,6 +64,7 @@ func (e *Engine) respond(req *fabric.Request) (out fabric.Outcome) {
 	}()
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
+	defer q.rspHold.Release() // the pins this request's DMA took
 	defer func() {
 		if out == fabric.OutcomeRNR {
 			// The RNR NAK carries the responder's timer, as in IB.
@@ -95,18 +97,24 @@ func localLenOK(req *fabric.Request) bool {
 }
 
 // translateRemote checks an rkey access and returns the views of our
-// memory behind it (in q.tviews, reused).
-func (e *Engine) translateRemote(q *qp, req *fabric.Request, need abi.Access, n uint64) ([]guestmem.View, bool) {
+// memory behind it (in q.tviews, reused), pinned until respond returns.
+// A refused key, PD, access or range is a remote access error; memory
+// that could not be pinned (the budget is held by DMA in flight) is the
+// responder's operational error.
+func (e *Engine) translateRemote(q *qp, req *fabric.Request, need abi.Access, n uint64) ([]guestmem.View, fabric.Outcome) {
 	if e.cfg.MTT == nil {
-		return nil, false
+		return nil, fabric.OutcomeRemoteAccess
 	}
-	vs, err := e.cfg.MTT.Translate(q.tviews[:0], emtt.Key(req.RKey), q.pdn, need, req.RemoteAddr, n)
+	vs, err := e.cfg.MTT.Translate(q.tviews[:0], &q.rspHold, emtt.Key(req.RKey), q.pdn, need, req.RemoteAddr, n)
 	q.tviews = vs[:0]
 	if err != nil {
 		e.log.Debug("remote access refused", "qpn", q.qpn, "op", req.Op, "err", err)
-		return nil, false
+		if errors.Is(err, emtt.ErrPin) {
+			return nil, fabric.OutcomeRemoteOp
+		}
+		return nil, fabric.OutcomeRemoteAccess
 	}
-	return vs, true
+	return vs, fabric.OutcomeOK
 }
 
 // respWrite serves RDMA WRITE and WRITE_WITH_IMM. The immediate variant
@@ -126,9 +134,9 @@ func (e *Engine) respWrite(q *qp, a *abi.QPAttr, req *fabric.Request, imm bool) 
 		}
 	}
 	if req.Len > 0 { // a zero-length WRITE checks no key, as on hardware
-		dst, ok := e.translateRemote(q, req, abi.AccessRemoteWrite, req.Len)
-		if !ok {
-			return fabric.OutcomeRemoteAccess
+		dst, o := e.translateRemote(q, req, abi.AccessRemoteWrite, req.Len)
+		if o != fabric.OutcomeOK {
+			return o
 		}
 		copyViews(dst, req.Local)
 		e.st.bytesReceived.Add(req.Len)
@@ -148,7 +156,7 @@ func (e *Engine) respSend(q *qp, req *fabric.Request) fabric.Outcome {
 		return o
 	}
 	sges := q.rbuf[abi.RecvWQEHeaderSize:]
-	dst, total, st := gatherSGEs(e.cfg.MTT, q.rviews[:0], sges, int(rw.NumSGE), q.pdn, abi.AccessLocalWrite)
+	dst, total, st := gatherSGEs(e.cfg.MTT, &q.rspHold, q.rviews[:0], sges, int(rw.NumSGE), q.pdn, abi.AccessLocalWrite)
 	q.rviews = dst[:0]
 	if st != abi.WCSuccess {
 		e.failRecv(q, rw.WRID, st, req)
@@ -221,9 +229,9 @@ func (e *Engine) respRead(q *qp, a *abi.QPAttr, req *fabric.Request) fabric.Outc
 	if req.Len == 0 {
 		return fabric.OutcomeOK
 	}
-	src, ok := e.translateRemote(q, req, abi.AccessRemoteRead, req.Len)
-	if !ok {
-		return fabric.OutcomeRemoteAccess
+	src, o := e.translateRemote(q, req, abi.AccessRemoteRead, req.Len)
+	if o != fabric.OutcomeOK {
+		return o
 	}
 	copyViews(req.Local, src)
 	e.st.bytesSent.Add(req.Len)
@@ -240,9 +248,9 @@ func (e *Engine) respAtomic(q *qp, a *abi.QPAttr, req *fabric.Request) fabric.Ou
 	if req.RemoteAddr%8 != 0 {
 		return fabric.OutcomeInvalidRequest
 	}
-	vs, ok := e.translateRemote(q, req, abi.AccessRemoteAtomic, 8)
-	if !ok {
-		return fabric.OutcomeRemoteAccess
+	vs, o := e.translateRemote(q, req, abi.AccessRemoteAtomic, 8)
+	if o != fabric.OutcomeOK {
+		return o
 	}
 	if len(vs) != 1 || !vs[0].Aligned(0, 8) {
 		// The IOVA is aligned but the host address behind it is not (an

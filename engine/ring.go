@@ -3,6 +3,7 @@ package engine
 import (
 	"github.com/vstellar/vstellar/emtt"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -44,6 +45,21 @@ func (e *Engine) translateRing(what string, gpa, size uint64) (guestmem.View, er
 		return guestmem.View{}, statusErr(abi.StatusBadAddress, "%s: %v", what, err)
 	}
 	return v, nil
+}
+
+// pinRing adds the pins of a ring's memory to h, kept for as long as the
+// ring lives: the engine reads WQEs from it and writes CQEs into it all
+// the time, as a NIC would DMA. An engine without a pin cache pins
+// nothing. On error h is released.
+func (e *Engine) pinRing(h *pvdma.Hold, what string, gpa, size uint64) error {
+	if e.cfg.MTT == nil || e.cfg.MTT.Pins() == nil {
+		return nil
+	}
+	if err := e.cfg.MTT.Pins().Acquire(h, gpa, size); err != nil {
+		h.Release()
+		return statusErr(abi.StatusNoResources, "%s [%#x, +%#x): %v", what, gpa, size, err)
+	}
+	return nil
 }
 
 // checkDoorbell validates a doorbell record index for a new object: inside

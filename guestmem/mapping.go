@@ -91,12 +91,24 @@ func (m *Mapping) View() View {
 	return View{b: m.mem[m.skew : m.skew+m.size]}
 }
 
-// Page returns the page-aligned, page-rounded mmap backing the mapping, for
-// callers that pin or advise on whole pages (pvdma).
-func (m *Mapping) Pages() []byte {
+// PageRange returns the whole pages of the mmap that hold bytes
+// [off, off+n) of the mapping, for callers that pin or advise on pages
+// (pvdma). Neighbouring ranges may share a page when off is not page
+// aligned. It fails when the range is outside the mapping or the mapping
+// is gone.
+func (m *Mapping) PageRange(off, n uint64) ([]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.mem
+	end, ok := addNoOverflow(off, n)
+	switch {
+	case m.mem == nil:
+		return nil, fmt.Errorf("guestmem: page range of an unmapped mapping: %w", ErrOutOfRange)
+	case !ok || n == 0 || end > m.size:
+		return nil, fmt.Errorf("guestmem: page range [%#x, +%#x) of a %#x-byte mapping: %w", off, n, m.size, ErrOutOfRange)
+	}
+	lo := (m.skew + off) &^ (pageSize - 1)
+	hi := min(roundUp(m.skew+end, pageSize), uint64(len(m.mem)))
+	return m.mem[lo:hi:hi], nil
 }
 
 // Unmap releases the mapping. Views into it must no longer be used.

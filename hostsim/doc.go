@@ -6,5 +6,13 @@
 // tests that want a whole host without a VMM.
 //
 // Every device of one Host shares the daemon's in-process fabric, so QPs
-// of two VMs on the host can talk.
+// of two VMs on the host can talk, and its pinned-memory pool. A VM's
+// device pins guest memory as VMOptions.Pin says (on demand by default;
+// "all" is the VFIO baseline that pins the whole guest at SET_MEM_TABLE).
+//
+// AddVM is CreateDevice (the management API) then Boot (vmm.New, DRIVER_OK,
+// the guest driver's probe, each step timed in VM.Boot), so that a
+// benchmark can time a boot without the device's creation. RemoveVM
+// closes one VM and destroys its device, freeing its memory before the
+// host closes.
 package hostsim

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"time"
 
 	"github.com/vstellar/vstellar/daemon"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
@@ -87,28 +89,47 @@ type VM struct {
 	Socket string
 	VM     *vmm.VM
 	Driver *guestdriver.Device
+	// Boot is how long each step of booting the VM took.
+	Boot BootTimes
 }
 
-// VMOptions configure AddVM.
+// BootTimes splits a VM's boot (Boot) into its steps, so that a benchmark
+// can tell where start-up time goes.
+type BootTimes struct {
+	// Connect is vmm.New: guest RAM (a memfd, not yet touched) and the
+	// vhost-user connect sequence.
+	Connect time.Duration
+	// DriverOK is vmm.VM.Start: the memory table, the queues and
+	// DRIVER_OK. A device that pins all guest memory does it here, at
+	// SET_MEM_TABLE.
+	DriverOK time.Duration
+	// Probe is guestdriver.Open: config, doorbells, event buffers.
+	Probe time.Duration
+}
+
+// Total is the whole boot.
+func (b BootTimes) Total() time.Duration { return b.Connect + b.DriverOK + b.Probe }
+
+// VMOptions configure AddVM (CreateDevice and Boot).
 type VMOptions struct {
 	// MemSize is guest RAM in bytes (a 2 MiB multiple; default 1 GiB).
 	MemSize uint64
+	// Pin is the device's pinning policy (nil: the daemon's default, on
+	// demand).
+	Pin *daemon.PinSpec
 	// Configure may adjust the VM's configuration (features, protocol
 	// features) before it boots.
 	Configure func(*vmm.Config)
 }
 
 // AddVM creates a device named name, boots a VM against it to DRIVER_OK
-// and opens the device with the guest driver.
+// and opens the device with the guest driver: CreateDevice then Boot.
 func (h *Host) AddVM(ctx context.Context, name string, o VMOptions) (*VM, error) {
-	if o.MemSize == 0 {
-		o.MemSize = 1 << 30
-	}
-	info, err := h.client.CreateDevice(ctx, daemon.DeviceSpec{Name: name})
+	socket, err := h.CreateDevice(ctx, name, o)
 	if err != nil {
-		return nil, fmt.Errorf("hostsim: creating device %s: %w", name, err)
+		return nil, err
 	}
-	v, err := h.boot(ctx, name, info.Socket, o)
+	v, err := h.Boot(ctx, name, socket, o)
 	if err != nil {
 		// Give the name back (an external daemon keeps it otherwise).
 		if derr := h.client.DestroyDevice(context.WithoutCancel(ctx), name); derr != nil {
@@ -116,31 +137,71 @@ func (h *Host) AddVM(ctx context.Context, name string, o VMOptions) (*VM, error)
 		}
 		return nil, err
 	}
-	h.vms = append(h.vms, v)
 	return v, nil
 }
 
-// boot starts a VM on socket and opens its device.
-func (h *Host) boot(ctx context.Context, name, socket string, o VMOptions) (*VM, error) {
+// CreateDevice creates the device named name, with o's pin policy, through
+// the management API, and returns its vhost-user socket for Boot. On a
+// Boot failure the caller destroys it (Client().DestroyDevice).
+func (h *Host) CreateDevice(ctx context.Context, name string, o VMOptions) (string, error) {
+	info, err := h.client.CreateDevice(ctx, daemon.DeviceSpec{Name: name, Pin: o.Pin})
+	if err != nil {
+		return "", fmt.Errorf("hostsim: creating device %s: %w", name, err)
+	}
+	return info.Socket, nil
+}
+
+// Boot starts a VM on the device socket (from CreateDevice) and opens the
+// device, timing each step in VM.Boot. The host owns the VM from then on:
+// RemoveVM or Close closes it.
+func (h *Host) Boot(ctx context.Context, name, socket string, o VMOptions) (*VM, error) {
+	if o.MemSize == 0 {
+		o.MemSize = 1 << 30
+	}
 	cfg := guestdriver.VMConfig(socket, o.MemSize)
 	cfg.Logger = h.log
 	if o.Configure != nil {
 		o.Configure(&cfg)
 	}
+	var bt BootTimes
+	t0 := time.Now()
 	vm, err := vmm.New(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hostsim: %s: %w", name, err)
 	}
+	t1 := time.Now()
+	bt.Connect = t1.Sub(t0)
 	if err := vm.Start(ctx); err != nil {
 		vm.Close()
 		return nil, fmt.Errorf("hostsim: %s: DRIVER_OK: %w", name, err)
 	}
+	t2 := time.Now()
+	bt.DriverOK = t2.Sub(t1)
 	drv, err := guestdriver.Open(ctx, guestdriver.NewVMTransport(vm))
 	if err != nil {
 		vm.Close()
 		return nil, fmt.Errorf("hostsim: %s: probe: %w", name, err)
 	}
-	return &VM{Name: name, Socket: socket, VM: vm, Driver: drv}, nil
+	bt.Probe = time.Since(t2)
+	v := &VM{Name: name, Socket: socket, VM: vm, Driver: drv, Boot: bt}
+	h.vms = append(h.vms, v)
+	return v, nil
+}
+
+// RemoveVM closes v (driver, then VM) and destroys its device, on an
+// in-process daemon too, so that guest RAM and whatever the device pinned
+// are freed now rather than at Close.
+func (h *Host) RemoveVM(ctx context.Context, v *VM) error {
+	i := slices.Index(h.vms, v)
+	if i < 0 {
+		return fmt.Errorf("hostsim: VM %s is not on this host", v.Name)
+	}
+	h.vms = slices.Delete(h.vms, i, i+1)
+	err := errors.Join(v.Driver.Close(), v.VM.Close())
+	if derr := h.client.DestroyDevice(context.WithoutCancel(ctx), v.Name); derr != nil {
+		err = errors.Join(err, fmt.Errorf("hostsim: destroying device %s: %w", v.Name, derr))
+	}
+	return err
 }
 
 // Shutdown stops the in-process daemon, leaving the VMs running (they see

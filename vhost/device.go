@@ -79,7 +79,9 @@ type Env interface {
 // are unmapped, so the device can move off the old table while it is
 // still safe to touch. An error refuses the change: the rings stay on the
 // old table and the front-end gets an error reply; the device must then
-// still work with the old table.
+// still work with the old table. When the connection ends the Backend
+// calls SetMemory(nil), after Deactivate and before it unmaps the memory;
+// its error is only logged.
 type MemoryWatcher interface {
 	SetMemory(t *guestmem.Table) error
 }

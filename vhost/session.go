@@ -75,6 +75,13 @@ func (s *session) teardown() {
 	for _, r := range s.rings {
 		r.release()
 	}
+	if w, ok := s.dev.(MemoryWatcher); ok {
+		// The device lets go of the memory (unpins it) before it is
+		// unmapped; it keeps its objects for a reconnect.
+		if err := w.SetMemory(nil); err != nil {
+			s.log.Warn("device did not release guest memory", "err", err)
+		}
+	}
 	s.unmapAll(s.mem.Swap(nil))
 	if ch := s.channel.Swap(nil); ch != nil {
 		ch.close()

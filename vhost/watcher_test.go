@@ -162,9 +162,14 @@ func TestSchedule(t *testing.T) {
 	g := newTestGuest(t, s.fe)
 	g.handshake()
 	g.start(8)
+	// The Backend activates the device after it has acknowledged
+	// DRIVER_OK, so activation may trail start.
 	env := dev.env()
-	if env == nil {
-		t.Fatal("device not activated")
+	for deadline := time.Now().Add(10 * time.Second); env == nil; env = dev.env() {
+		if time.Now().After(deadline) {
+			t.Fatal("device not activated")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	env.Schedule(-1)
 	env.Schedule(2) // the echo device has two queues

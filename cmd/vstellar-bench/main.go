@@ -7,11 +7,27 @@
 //	    RDMA WRITE bandwidth (4 KiB..4 MiB) and 8-byte WRITE ping-pong
 //	    latency between two VMs on one in-process daemon, beside a raw
 //	    memcpy of the same sizes.
+//
+//	vstellar-bench startup [--mem 1G,4G,16G] [--quick] [--json]
+//	    Time from the VMM's connect to a ready device (CQ, RC QP, a 1 GiB
+//	    MR, one 4 KiB WRITE done) for each guest size, with the device
+//	    pinning all guest memory at SET_MEM_TABLE (the VFIO baseline) and
+//	    pinning on demand (PVDMA).
+//
+//	vstellar-bench regmr [--quick] [--json]
+//	    REG_MR latency, 1 MiB..1 GiB, pinning on demand vs pinning at
+//	    registration (the ibv_reg_mr baseline), and the cost of the first
+//	    DMA into a 2 MiB chunk that is not pinned yet.
+//
+//	vstellar-bench translate [--devices 1,16,256,1024] [--quick] [--json]
+//	    DMA address translation through the eMTT beside the two-level
+//	    path it replaces (MTT, shared ATC, IOMMU page walk) as devices grow.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,7 +50,14 @@ type suite struct {
 
 var suites = []suite{
 	{"verbs", "RDMA WRITE bandwidth and latency between two VMs on one daemon vs memcpy", runVerbs},
+	{"startup", "VMM connect to a ready device, pinning all guest memory vs on demand", runStartup},
+	{"regmr", "REG_MR latency on demand vs pinning at registration, and first-touch cost", runRegMR},
+	{"translate", "eMTT translation vs MTT + shared ATC + IOMMU walk as devices grow", runTranslate},
 }
+
+// errUsage marks a suite's error about its flags: exit status 2, as for
+// the flags run parses itself.
+var errUsage = errors.New("usage")
 
 type options struct {
 	quick bool
@@ -43,6 +66,10 @@ type options struct {
 	// --quick, so that a test can run it under the race detector on a
 	// busy machine and still check every number it reports.
 	tiny bool
+	// devices lists the device counts of the translate suite.
+	devices string
+	// mem lists the guest memory sizes of the startup suite.
+	mem string
 }
 
 func usage(w io.Writer) {
@@ -73,6 +100,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var o options
 	fs.BoolVar(&o.quick, "quick", false, "fewer sizes and iterations (a smoke run)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object of numbers instead of a table")
+	fs.StringVar(&o.devices, "devices", "", "translate: comma-separated device counts (default 1,16,256,1024; --quick 1,256)")
+	fs.StringVar(&o.mem, "mem", "", "startup: comma-separated guest memory sizes (default 1G,4G,16G; --quick 4G)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
@@ -98,6 +127,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	r := &report{}
 	if err := s.run(ctx, o, r); err != nil {
 		fmt.Fprintf(stderr, "vstellar-bench %s: %v\n", s.name, err)
+		if errors.Is(err, errUsage) {
+			return 2
+		}
 		return 1
 	}
 	if o.json {

@@ -11,7 +11,7 @@ import (
 
 // report collects a suite's tables and its summary numbers (the JSON).
 type report struct {
-	tables  []table
+	tables  []*table
 	summary map[string]float64
 	notes   []string
 }
@@ -23,8 +23,9 @@ type table struct {
 }
 
 func (r *report) table(title string, head ...string) *table {
-	r.tables = append(r.tables, table{title: title, head: head})
-	return &r.tables[len(r.tables)-1]
+	t := &table{title: title, head: head}
+	r.tables = append(r.tables, t)
+	return t
 }
 
 func (t *table) row(cells ...string) { t.rows = append(t.rows, cells) }

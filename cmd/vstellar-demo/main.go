@@ -23,7 +23,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -138,21 +137,23 @@ func (d *demo) run(ctx context.Context, stderr io.Writer) error {
 		res  *result
 	}
 	var vms []*vmState
-	defer func() {
-		for _, v := range vms {
-			v.vm.Close()
-		}
-	}()
 	for i := range d.o.vms {
 		name := fmt.Sprintf("demo-vm%d", i)
-		info, err := client.CreateDevice(ctx, daemon.DeviceSpec{Name: name})
+		o := hostsim.VMOptions{MemSize: d.o.memSize}
+		socket, err := host.CreateDevice(ctx, name, o)
 		if err != nil {
-			return fmt.Errorf("creating device %s: %w", name, err)
+			return err
 		}
-		fmt.Fprintf(d.out, "%s: device created at %s\n", name, info.Socket)
-		v := &vmState{name: name, res: &result{VM: name, Socket: info.Socket, MemGiB: float64(d.o.memSize) / (1 << 30)}}
+		fmt.Fprintf(d.out, "%s: device created at %s\n", name, socket)
+		// The host owns the VM from here (host.Close closes it).
+		hv, err := host.Boot(ctx, name, socket, o)
+		if err != nil {
+			return err
+		}
+		v := &vmState{name: name, vm: hv.VM, drv: hv.Driver,
+			res: &result{VM: name, Socket: socket, MemGiB: float64(d.o.memSize) / (1 << 30), BootMs: ms(hv.Boot.Total())}}
 		vms = append(vms, v)
-		if err := d.boot(ctx, v.name, info.Socket, &v.vm, &v.drv, v.res); err != nil {
+		if err := d.probed(ctx, v.drv, v.res); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
@@ -195,25 +196,9 @@ func (d *demo) run(ctx context.Context, stderr io.Writer) error {
 	return nil
 }
 
-// boot connects a VM, brings its device to DRIVER_OK and probes it.
-func (d *demo) boot(ctx context.Context, name, socket string, vmp **vmm.VM, drvp **guestdriver.Device, res *result) error {
-	cfg := guestdriver.VMConfig(socket, d.o.memSize)
-	cfg.Logger = d.log
-	t0 := time.Now()
-	vm, err := vmm.New(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	*vmp = vm
-	if err := vm.Start(ctx); err != nil {
-		return fmt.Errorf("DRIVER_OK: %w", err)
-	}
-	drv, err := guestdriver.Open(ctx, guestdriver.NewVMTransport(vm))
-	if err != nil {
-		return fmt.Errorf("probe: %w", err)
-	}
-	*drvp = drv
-	res.BootMs = ms(time.Since(t0))
+// probed reports what the driver of a freshly booted VM found: config
+// space and QUERY_DEVICE.
+func (d *demo) probed(ctx context.Context, drv *guestdriver.Device, res *result) error {
 	cfg0 := drv.Config()
 	res.NodeGUID = fmt.Sprintf("%016x", cfg0.NodeGUID)
 	res.MaxQP = cfg0.Limits.MaxQP
@@ -283,15 +268,21 @@ func (d *demo) lifecycle(ctx context.Context, vm *vmm.VM, drv *guestdriver.Devic
 	d.step("suspend (GET_VRING_BASE, SET_STATUS 0) and resume: device state kept, rings resumed, %.2f ms", res.ResumeMs)
 
 	t0 = time.Now()
+	// A guest reset ends its driver (and its event pump, which would
+	// otherwise wait on the same interrupt as the new one); the re-probe
+	// is a new driver.
+	drv.Close()
 	if err := vm.Reset(ctx); err != nil {
 		return fmt.Errorf("reset: %w", err)
 	}
 	if err := vm.Start(ctx); err != nil {
 		return fmt.Errorf("start after reset: %w", err)
 	}
-	if _, err := guestdriver.Open(ctx, guestdriver.NewVMTransport(vm)); err != nil {
+	drv, err = guestdriver.Open(ctx, guestdriver.NewVMTransport(vm))
+	if err != nil {
 		return fmt.Errorf("probe after reset: %w", err)
 	}
+	defer drv.Close()
 	if res.ResetMs, err = check("reset", t0); err != nil {
 		return err
 	}

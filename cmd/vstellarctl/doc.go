@@ -8,8 +8,9 @@
 //	health                          daemon health
 //	devices list                    list devices
 //	devices show NAME               show one device
-//	devices create NAME [--limits JSON]
-//	                                create a device (limits: a JSON object)
+//	devices create NAME [--limits JSON] [--pin MODE] [--pin-budget BYTES]
+//	                                create a device (limits: a JSON object;
+//	                                pin: on-demand, at-reg-mr or all)
 //	devices destroy NAME            destroy a device
 //
 // Output is a table (or key: value lines) by default; --json prints the

@@ -31,7 +31,8 @@ commands:
   health                               daemon health
   devices list                         list devices
   devices show NAME                    show one device
-  devices create NAME [--limits JSON]  create a device
+  devices create NAME [--limits JSON] [--pin MODE] [--pin-budget BYTES]
+                                        create a device
   devices destroy NAME                 destroy a device
 `
 
@@ -109,9 +110,12 @@ func (c *cli) devices(ctx context.Context, args []string) error {
 	}
 	fs := flag.NewFlagSet("devices "+sub, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	limits := ""
+	limits, pinMode := "", ""
+	var pinBudget uint64
 	if sub == "create" {
 		fs.StringVar(&limits, "limits", "", "device limits, a JSON object")
+		fs.StringVar(&pinMode, "pin", "", "pin mode: on-demand, at-reg-mr or all")
+		fs.Uint64Var(&pinBudget, "pin-budget", 0, "bytes the device may pin on demand")
 	}
 	fs.BoolVar(&c.json, "json", c.json, "print JSON")
 	// Accept flags before or after NAME.
@@ -139,6 +143,9 @@ func (c *cli) devices(ctx context.Context, args []string) error {
 				return fmt.Errorf("%w: --limits is not valid JSON", errUsage)
 			}
 			spec.Limits = json.RawMessage(limits)
+		}
+		if pinMode != "" || pinBudget != 0 {
+			spec.Pin = &daemon.PinSpec{Mode: pinMode, Budget: pinBudget}
 		}
 		return c.create(ctx, spec)
 	default:

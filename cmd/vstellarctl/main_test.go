@@ -58,7 +58,7 @@ func ctl(t *testing.T, sock string, args ...string) (int, string, string) {
 func TestCtlDevicesLifecycle(t *testing.T) {
 	sock := startDaemon(t)
 
-	code, out, errOut := ctl(t, sock, "devices", "create", "vm1", "--limits", `{"max_qp": 8}`)
+	code, out, errOut := ctl(t, sock, "devices", "create", "vm1", "--limits", `{"max_qp": 8}`, "--pin", "all", "--pin-budget", "1048576")
 	if code != 0 || !strings.Contains(out, "name:") || !strings.Contains(out, "vm1.sock") {
 		t.Fatalf("create: %d %q %q", code, out, errOut)
 	}
@@ -105,6 +105,7 @@ func TestCtlErrors(t *testing.T) {
 		{[]string{"devices", "create", "../x"}, 1, "invalid"},
 		{[]string{"devices", "create", "x", "--limits", "{"}, 2, "not valid JSON"},
 		{[]string{"devices", "create", "x", "--limits", "[1]"}, 1, "JSON object"},
+		{[]string{"devices", "create", "x", "--pin", "eager"}, 1, "pin mode"},
 		{[]string{"devices", "destroy"}, 2, "one device NAME"},
 		{[]string{"devices", "show", "a", "b"}, 2, "one device NAME"},
 		{[]string{"devices", "frobnicate"}, 2, "unknown subcommand"},

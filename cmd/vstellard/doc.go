@@ -8,7 +8,7 @@
 //
 //	vstellard [--config FILE] [--run-dir DIR] [--log-level LEVEL]
 //	          [--log-format text|json] [--socket-mode MODE]
-//	          [--shutdown-timeout DURATION] [--device NAME]... [--version]
+//	          [--shutdown-timeout DURATION] [--pin-budget BYTES] [--device NAME]... [--version]
 //
 // Flags override the config file, which overrides the defaults. --device
 // may be repeated; its devices are created at start with default limits,

@@ -33,6 +33,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		logLevel   = fs.String("log-level", daemon.DefaultLogLevel, "log `level`: debug, info, warn or error")
 		logFormat  = fs.String("log-format", daemon.DefaultLogFormat, "log `format`: text or json")
 		timeout    = fs.Duration("shutdown-timeout", time.Duration(daemon.DefaultShutdownTimeout), "bound on a clean shutdown")
+		pinBudget  = fs.Uint64("pin-budget", 0, "`bytes` of guest memory all devices may keep pinned (0: none for root, else RLIMIT_MEMLOCK)")
 		mode       = daemon.DefaultSocketMode
 		devices    deviceList
 		o          options
@@ -70,6 +71,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			cfg.ShutdownTimeout = daemon.Duration(*timeout)
 		case "socket-mode":
 			cfg.SocketMode = mode
+		case "pin-budget":
+			cfg.PinBudget = *pinBudget
 		}
 	})
 	if err != nil {

@@ -46,14 +46,14 @@ func TestParseFlagsOverrideConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	o, err := parseFlags([]string{"--config", path, "--run-dir", "rel", "--log-format", "json",
-		"--device", "a", "--device", "b", "--shutdown-timeout", "3s"}, &strings.Builder{})
+		"--device", "a", "--device", "b", "--shutdown-timeout", "3s", "--pin-budget", "4096"}, &strings.Builder{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := o.cfg
 	wd, _ := os.Getwd()
 	if c.RunDir != filepath.Join(wd, "rel") || c.LogLevel != "debug" || c.LogFormat != "json" ||
-		c.SocketMode != 0o660 || time.Duration(c.ShutdownTimeout) != 3*time.Second {
+		c.SocketMode != 0o660 || time.Duration(c.ShutdownTimeout) != 3*time.Second || c.PinBudget != 4096 {
 		t.Fatalf("merged config: %+v", c)
 	}
 	if len(c.Devices) != 3 || c.Devices[0].Name != "f0" || c.Devices[1].Name != "a" || c.Devices[2].Name != "b" {

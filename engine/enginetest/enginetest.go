@@ -19,6 +19,7 @@ import (
 	"github.com/vstellar/vstellar/engine"
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -32,8 +33,9 @@ var Limits = abi.Limits{MaxQP: 64, MaxCQ: 64, MaxMR: 256, MaxPD: 16, MaxAH: 16, 
 
 // Options configure a guest.
 type Options struct {
-	RAM   uint64 // bytes of guest RAM (default 16 MiB)
-	Memfd bool   // back RAM with a memfd (so a test can truncate it)
+	RAM       uint64 // bytes of guest RAM (default 16 MiB)
+	Memfd     bool   // back RAM with a memfd (so a test can truncate it)
+	PinBudget uint64 // bytes the device may pin (0: no limit)
 }
 
 // Guest is one simulated guest with its device's engine.
@@ -46,6 +48,7 @@ type Guest struct {
 	DB     *guestmem.Mapping
 	Layout abi.DoorbellLayout
 	MTT    *emtt.Table
+	Pins   *pvdma.Cache
 	Eng    *engine.Engine
 	Fd     int // memfd of RAM, or -1
 
@@ -100,7 +103,13 @@ func NewGuest(t testing.TB, fab fabric.Fabric, name string, o Options) *Guest {
 	}
 	g.dbv = g.DB.View()
 	g.ram = g.RAM.View()
-	g.MTT = emtt.New(Limits.MaxMR)
+	// Guest memory is pinned on demand through a cache of its own (a
+	// no-op pinner: the bookkeeping is what the engine's tests check).
+	g.Pins = pvdma.NewPool(0, pvdma.NopPinner{}).NewCache(pvdma.Options{Name: name, Budget: o.PinBudget})
+	if err := g.Pins.SetMemory(g.Mem); err != nil {
+		t.Fatalf("pin cache: %v", err)
+	}
+	g.MTT = emtt.New(Limits.MaxMR, g.Pins)
 	g.Eng = engine.New(engine.Config{Name: name, Limits: Limits, MTT: g.MTT, Fabric: fab, GID: g.GID, Events: g.onEvent})
 	if err := g.Eng.Start(g.Mem, g.DB.View(), g.Layout); err != nil {
 		t.Fatalf("start: %v", err)
@@ -122,6 +131,7 @@ func (g *Guest) Close() {
 	if g.Eng != nil {
 		g.Eng.Stop()
 		g.Eng = nil
+		g.Pins.Close()
 		g.RAM.Unmap()
 		g.DB.Unmap()
 		if g.Fd >= 0 {

@@ -1,175 +1,14 @@
 package emtt
 
 import (
-	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
-
-// MemType says what kind of memory a range is.
-type MemType uint8
-
-const (
-	// MemGuestRAM is ordinary guest memory: DMA may read and write it.
-	MemGuestRAM MemType = 1
-	// MemIO is device memory mapped into the guest (doorbells): never
-	// pinned, never a DMA target.
-	MemIO MemType = 2
-	// MemGPU is reserved for GPU memory exposed to the guest.
-	MemGPU MemType = 3
-)
-
-func (t MemType) String() string {
-	switch t {
-	case MemGuestRAM:
-		return "guest-ram"
-	case MemIO:
-		return "io"
-	case MemGPU:
-		return "gpu"
-	}
-	return fmt.Sprintf("MemType(%d)", uint8(t))
-}
-
-// Errors a translation or update returns (wrapped with detail). The engine
-// maps them to work-completion statuses, the control path to statuses.
-var (
-	ErrNoKey       = errors.New("emtt: no region with this key")
-	ErrPD          = errors.New("emtt: region belongs to another protection domain")
-	ErrAccess      = errors.New("emtt: access not granted by the region")
-	ErrRange       = errors.New("emtt: range outside the region")
-	ErrIOMemory    = errors.New("emtt: IO memory is not a DMA target")
-	ErrInvalidated = errors.New("emtt: region's guest memory was removed")
-	ErrFull        = errors.New("emtt: table full")
-	ErrBadAddress  = errors.New("emtt: range outside guest RAM or in IO memory")
-)
-
-// Key is a memory key (lkey and rkey are the same key).
-type Key uint32
-
-// Index is the slot the key names.
-func (k Key) Index() uint32 { return uint32(k) >> 8 }
-
-// Tag is the key's reuse tag.
-func (k Key) Tag() uint8 { return uint8(k) }
-
-// Span is a guest-physically contiguous range.
-type Span struct {
-	GPA uint64
-	Len uint64
-}
-
-// segment is a host-contiguous piece of a region: bytes [off, off+view.Len())
-// of the region.
-type segment struct {
-	off  uint64
-	gpa  uint64
-	view guestmem.View
-}
-
-// Region is one registered memory region. It is immutable once published.
-type Region struct {
-	Key    Key
-	PD     uint32
-	Access abi.Access
-	IOVA   uint64
-	Length uint64
-	Type   MemType
-	// Spans are the guest physical ranges behind [IOVA, IOVA+Length), in
-	// order; their lengths sum to Length.
-	Spans []Span
-
-	valid bool
-	segs  []segment
-}
-
-// Valid reports whether the region's guest memory is still mapped.
-func (r *Region) Valid() bool { return r.valid }
-
-// Check verifies that a DMA of n bytes at iova, from protection domain pd,
-// needing access, may use the region. need 0 means local read, which every
-// region grants.
-func (r *Region) Check(pd uint32, need abi.Access, iova, n uint64) error {
-	switch {
-	case !r.valid:
-		return fmt.Errorf("key %#x: %w", uint32(r.Key), ErrInvalidated)
-	case r.Type != MemGuestRAM:
-		return fmt.Errorf("key %#x is %v: %w", uint32(r.Key), r.Type, ErrIOMemory)
-	case r.PD != pd:
-		return fmt.Errorf("key %#x: pd %d, want %d: %w", uint32(r.Key), r.PD, pd, ErrPD)
-	case r.Access&need != need:
-		return fmt.Errorf("key %#x: access %#x lacks %#x: %w", uint32(r.Key), uint32(r.Access), uint32(need&^r.Access), ErrAccess)
-	}
-	end := iova + n
-	if iova < r.IOVA || end < iova || end > r.IOVA+r.Length {
-		return fmt.Errorf("key %#x: [%#x, +%#x) outside [%#x, +%#x): %w", uint32(r.Key), iova, n, r.IOVA, r.Length, ErrRange)
-	}
-	return nil
-}
-
-// AppendViews appends views of the host memory behind [iova, iova+n) to
-// dst. The caller has checked the range with Check.
-func (r *Region) AppendViews(dst []guestmem.View, iova, n uint64) []guestmem.View {
-	if n == 0 {
-		return dst
-	}
-	off := iova - r.IOVA
-	// First segment holding off: segments are sorted by off.
-	i := sort.Search(len(r.segs), func(i int) bool { return r.segs[i].off+r.segs[i].view.Len() > off })
-	for ; n > 0 && i < len(r.segs); i++ {
-		s := r.segs[i]
-		in := off - s.off
-		take := min(s.view.Len()-in, n)
-		v, _ := s.view.Sub(in, take) // in range by construction
-		dst = append(dst, v)
-		off += take
-		n -= take
-	}
-	return dst
-}
-
-// bind resolves the region's spans against mem into host segments,
-// merging spans that are contiguous in guest physical memory. It fails
-// with ErrBadAddress when a span is not wholly inside guest RAM.
-func (r *Region) bind(mem *guestmem.Table) error {
-	r.segs = r.segs[:0]
-	var off uint64
-	for _, sp := range r.Spans {
-		gpa, left := sp.GPA, sp.Len
-		for left > 0 {
-			reg, ok := mem.Lookup(gpa)
-			if !ok {
-				return fmt.Errorf("guest physical %#x: %w", gpa, ErrBadAddress)
-			}
-			take := min(reg.GuestPhys+reg.Size-gpa, left)
-			v, err := mem.Translate(gpa, take)
-			if err != nil {
-				return fmt.Errorf("guest physical [%#x, +%#x): %w", gpa, take, ErrBadAddress)
-			}
-			if k := len(r.segs) - 1; k >= 0 && r.segs[k].gpa+r.segs[k].view.Len() == gpa {
-				// Contiguous with the previous piece in the same region:
-				// widen it so translation walks fewer segments.
-				if wide, err := mem.Translate(r.segs[k].gpa, r.segs[k].view.Len()+take); err == nil {
-					r.segs[k].view = wide
-					off += take
-					gpa += take
-					left -= take
-					continue
-				}
-			}
-			r.segs = append(r.segs, segment{off: off, gpa: gpa, view: v})
-			off += take
-			gpa += take
-			left -= take
-		}
-	}
-	return nil
-}
 
 // keysPerChunk is the number of slots per lazily allocated chunk.
 const keysPerChunk = 1024
@@ -178,8 +17,11 @@ type chunk [keysPerChunk]atomic.Pointer[Region]
 
 // Table is a device's translation table.
 type Table struct {
-	max uint32
-	dir []atomic.Pointer[chunk]
+	max  uint32
+	dir  []atomic.Pointer[chunk]
+	pins *pvdma.Cache // nil: nothing is pinned
+
+	misses atomic.Uint64 // translations refused
 
 	mu   sync.Mutex // serialises writers
 	tags []uint8    // next tag per slot (guarded by mu)
@@ -189,8 +31,11 @@ type Table struct {
 	io   []Span     // IO ranges (guarded by mu)
 }
 
-// New creates a table for at most max regions (1..1<<24).
-func New(max uint32) *Table {
+// New creates a table for at most max regions (1..1<<24) whose memory is
+// pinned through pins (nil: a table that pins nothing, for tests). The
+// caller keeps pins on the same guest memory the table binds against
+// (pins.SetMemory before Rebind).
+func New(max uint32, pins *pvdma.Cache) *Table {
 	if max == 0 || max > 1<<24 {
 		panic(fmt.Sprintf("emtt: %d regions", max))
 	}
@@ -198,6 +43,7 @@ func New(max uint32) *Table {
 	return &Table{
 		max:  max,
 		dir:  make([]atomic.Pointer[chunk], (uint64(max)+keysPerChunk)/keysPerChunk),
+		pins: pins,
 		next: 1,
 	}
 }
@@ -220,17 +66,29 @@ func (t *Table) Lookup(k Key) (*Region, error) {
 }
 
 // Translate checks a DMA of n bytes at iova through key k and appends the
-// host views behind it to dst.
-func (t *Table) Translate(dst []guestmem.View, k Key, pd uint32, need abi.Access, iova, n uint64) ([]guestmem.View, error) {
+// host views behind it to dst. With h it also takes pin references on the
+// 2 MiB chunks behind the views, pinning those not pinned yet: the caller
+// releases h once the DMA is over. On error h may hold references too.
+func (t *Table) Translate(dst []guestmem.View, h *pvdma.Hold, k Key, pd uint32, need abi.Access, iova, n uint64) ([]guestmem.View, error) {
 	r, err := t.Lookup(k)
+	if err == nil {
+		err = r.Check(pd, need, iova, n)
+	}
+	if err == nil {
+		dst, err = r.appendViews(dst, h, iova, n)
+	}
 	if err != nil {
-		return dst, err
+		t.misses.Add(1)
 	}
-	if err := r.Check(pd, need, iova, n); err != nil {
-		return dst, err
-	}
-	return r.AppendViews(dst, iova, n), nil
+	return dst, err
 }
+
+// Misses is the number of translations refused (bad key, PD, access or
+// range, removed memory, or a pin that failed).
+func (t *Table) Misses() uint64 { return t.misses.Load() }
+
+// Pins is the table's pin cache (nil if it has none).
+func (t *Table) Pins() *pvdma.Cache { return t.pins }
 
 // Spec describes a region to insert.
 type Spec struct {
@@ -258,18 +116,25 @@ func (t *Table) Insert(mem *guestmem.Table, s Spec) (*Region, error) {
 	}
 	r := &Region{PD: s.PD, Access: s.Access, IOVA: s.IOVA, Length: s.Length, Type: MemGuestRAM,
 		Spans: append([]Span(nil), s.Spans...), valid: true}
-	if err := r.bind(mem); err != nil {
+	if err := r.bind(mem, t.pins); err != nil {
 		return nil, err
+	}
+	if t.pins != nil && t.pins.Mode() == pvdma.ModeAtRegMR {
+		if err := r.pinAll(); err != nil {
+			return nil, err
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, sp := range r.Spans {
 		if t.overlapsIOLocked(sp) {
+			r.hold.Release()
 			return nil, fmt.Errorf("span %#x+%#x overlaps IO memory: %w", sp.GPA, sp.Len, ErrBadAddress)
 		}
 	}
 	idx, err := t.allocLocked()
 	if err != nil {
+		r.hold.Release()
 		return nil, err
 	}
 	r.Key = Key(idx<<8 | uint32(t.tags[idx]))
@@ -292,6 +157,7 @@ func (t *Table) Remove(k Key) (*Region, error) {
 	t.tags[i]++
 	t.free = append(t.free, i)
 	t.n--
+	r.hold.Release()
 	return r, nil
 }
 
@@ -334,9 +200,13 @@ func (t *Table) Clear() {
 		t.dir[i/keysPerChunk].Load()[i%keysPerChunk].Store(nil)
 		t.tags[i]++
 		t.free = append(t.free, i)
+		r.hold.Release()
 	})
 	t.n = 0
 	t.io = nil
+	if t.pins != nil {
+		t.pins.ClearIO()
+	}
 }
 
 // Rebind moves every region onto a new guest memory table. A region whose
@@ -349,13 +219,18 @@ func (t *Table) Rebind(mem *guestmem.Table) (invalidated int) {
 	defer t.mu.Unlock()
 	t.eachLocked(func(r *Region) {
 		nr := *r
-		nr.segs = nil
-		if !r.valid || nr.bind(mem) != nil {
-			nr.segs, nr.valid = nil, false
+		nr.segs, nr.entries, nr.hold = nil, nil, pvdma.Hold{}
+		if !r.valid || nr.bind(mem, t.pins) != nil {
+			nr.segs, nr.entries, nr.valid = nil, nil, false
 			invalidated++
+		} else if t.pins != nil && t.pins.Mode() == pvdma.ModeAtRegMR {
+			// Pinned again where it now lives; if the budget says no,
+			// its DMA pins on demand instead.
+			_ = nr.pinAll()
 		}
 		i := r.Key.Index()
 		t.dir[i/keysPerChunk].Load()[i%keysPerChunk].Store(&nr)
+		r.hold.Release()
 	})
 	return invalidated
 }
@@ -377,6 +252,9 @@ func (t *Table) ReserveIO(sp Span) error {
 		return clash
 	}
 	t.io = append(t.io, sp)
+	if t.pins != nil {
+		t.pins.ExcludeIO(sp.GPA, sp.Len)
+	}
 	return nil
 }
 

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vstellar/vstellar/emtt"
+	"github.com/vstellar/vstellar/emtt/twolevel"
+	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/pvdma"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// The translate suite: the eMTT's one-step translation against the
+// two-level path it replaces (MTT, then a 64-entry ATC shared by every
+// device of the NIC, then the IOMMU page walk on a miss; emtt/twolevel),
+// as the number of devices grows.
+//
+// Every device is its own VM: its own guest memory table, pin cache,
+// eMTT, MTT and IOMMU domain. Guest RAM is trMRs regions 256 MiB apart in
+// guest physical space, each a little over an MR; all guest memory tables
+// put the same untouched anonymous mappings there, so a thousand devices
+// cost tables but no guest RAM. (The IOMMU maps all guest RAM, as VFIO
+// does; RAM no MR covers would only add page tables no walk reads, and
+// the time to build them.) Each device registers one MR of trMRSize
+// bytes per region in both tables.
+//
+// Two access patterns run on the same devices, each drawn once per device
+// count with a fixed seed. In both, the device of each DMA is uniform (a
+// NIC serving every device sees their traffic interleaved) and a DMA is
+// 4..64 KiB at a cache-line-aligned offset.
+//   - hot set, the headline: RDMA applications (NCCL, storage targets)
+//     post their DMAs into a few registered buffers they reuse. Each
+//     device has trHotBufs page-aligned buffers of trHotSize bytes, one in
+//     each MR at a place fixed per device; trHotPct% of DMAs fall inside
+//     one of them, the rest anywhere in an MR. One device's hot set is
+//     trHotBufs*trHotSize = 256 KiB, the reach of the 64-entry ATC of
+//     4 KiB entries: alone, a device mostly hits; as devices are added,
+//     their hot sets evict each other, which is the thrashing the eMTT
+//     avoids.
+//   - uniform: every DMA anywhere in an MR. No reuse, the ATC's worst case.
+//
+// Both paths are first run over the whole sequence untimed (the eMTT's
+// chunks get pinned, the caches warmed), then timed alternately, best of 3
+// rounds each (1 with --quick); only the translation loops are timed, and
+// they do not allocate. The eMTT pays its real pin references: a
+// pvdma.Hold per DMA, released after it. It is also timed without them
+// (no Hold), to tell the table's cost from the pin cache's.
+
+const (
+	trMRs        = 4
+	trMRSize     = 64 << 20
+	trRegionSize = trMRSize + 2<<20
+	trMaxDevices = 2048 // about 1 MiB of model tables each
+	trSeed       = 0x5e11a
+	trPD         = 1
+
+	trHotBufs = trMRs // one hot buffer in each MR
+	trHotSize = 64 << 10
+	trHotPct  = 90
+)
+
+// trSizes are the DMA lengths, drawn uniformly.
+var trSizes = []uint64{4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10}
+
+// trPatterns are the access patterns, the headline first. suffix ends
+// their JSON keys; hotPct is the share of DMAs inside the hot buffers.
+var trPatterns = []struct {
+	name, suffix string
+	hotPct       int
+}{
+	{"hot set", "", trHotPct},
+	{"uniform", "_uniform", 0},
+}
+
+type trDevice struct {
+	cache *pvdma.Cache
+	tab   *emtt.Table
+	model *twolevel.Device
+	ekeys [trMRs]emtt.Key
+	mkeys [trMRs]emtt.Key
+}
+
+type trAccess struct {
+	dev  uint32
+	mr   uint32
+	iova uint64
+	n    uint64
+}
+
+// trIOVA and trGPA place MR k: at a user-space IOVA, in guest memory
+// region k (at guest physical k<<28), neither 2 MiB aligned.
+func trIOVA(k int) uint64 { return 0x7f12_0000_0000 + uint64(k)<<28 + 0x7000 }
+func trGPA(k int) uint64  { return uint64(k)<<28 + 0x5000 }
+
+func runTranslate(ctx context.Context, o options, r *report) error {
+	counts, accesses, rounds := "1,16,256,1024", 1<<20, 3
+	if o.quick {
+		counts, accesses, rounds = "1,256", 1<<17, 1
+	}
+	if o.tiny {
+		counts, accesses, rounds = "1,4", 2000, 1
+	}
+	if o.devices != "" {
+		counts = o.devices
+	}
+	devCounts, err := parseDeviceCounts(counts)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	guest, unmap, err := translateGuest()
+	if err != nil {
+		return err
+	}
+	defer unmap()
+
+	// res[p][i]: pattern p at devCounts[i]. Both patterns run on the same
+	// devices, built once per count.
+	res := make([][]trResult, len(trPatterns))
+	for _, n := range devCounts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		got, err := measureTranslate(ctx, guest, n, accesses, rounds)
+		if err != nil {
+			return fmt.Errorf("%d devices: %w", n, err)
+		}
+		for p := range trPatterns {
+			res[p] = append(res[p], got[p])
+		}
+	}
+
+	titles := []string{
+		fmt.Sprintf("DMA address translation, hot set: %d DMAs of 4..64 KiB per count, %d%% inside %d x %s buffers per device, the rest over its %d x %s MRs (best of %d)",
+			accesses, trHotPct, trHotBufs, sizeName(trHotSize), trMRs, sizeName(trMRSize), rounds),
+		fmt.Sprintf("DMA address translation, uniform: no reuse, %d DMAs of 4..64 KiB per count over %d x %s MRs per device (best of %d)",
+			accesses, trMRs, sizeName(trMRSize), rounds),
+	}
+	for p, pat := range trPatterns {
+		t := r.table(titles[p], "devices", "eMTT ns", "no-pin ns", "2-level ns", "ratio", "ATC hit %", "pages/DMA", "model MiB")
+		key := func(name string, n int) string { return fmt.Sprintf("%s%s_%d", name, pat.suffix, n) }
+		for i, n := range devCounts {
+			x := res[p][i]
+			t.row(fmt.Sprint(n), fmt.Sprintf("%.1f", x.emttNS), fmt.Sprintf("%.1f", x.noPinNS), fmt.Sprintf("%.1f", x.atcNS),
+				fmt.Sprintf("%.2f", x.atcNS/x.emttNS), fmt.Sprintf("%.1f", x.hitPct),
+				fmt.Sprintf("%.2f", x.pagesPerDMA), fmt.Sprintf("%.0f", float64(x.modelBytes)/(1<<20)))
+			r.set(key("emtt_ns", n), x.emttNS)
+			r.set(key("emtt_nopin_ns", n), x.noPinNS)
+			r.set(key("atc_ns", n), x.atcNS)
+			r.set(key("ratio", n), x.atcNS/x.emttNS)
+			r.set(key("atc_hit_pct", n), x.hitPct)
+		}
+		first, last := res[p][0], res[p][len(devCounts)-1]
+		r.set("emtt_ns"+pat.suffix, last.emttNS)
+		r.set("atc_ns"+pat.suffix, last.atcNS)
+		r.set("ratio"+pat.suffix, last.atcNS/last.emttNS)
+		r.set("emtt_flatness"+pat.suffix, last.emttNS/first.emttNS)
+		r.set("emtt_nopin_flatness"+pat.suffix, last.noPinNS/first.noPinNS)
+		r.set("atc_growth"+pat.suffix, last.atcNS/first.atcNS)
+	}
+	r.note("hot set: each device reuses %d page-aligned %s buffers, one at a fixed place in each MR (%s, the reach of the %d-entry ATC of 4 KiB pages);",
+		trHotBufs, sizeName(trHotSize), sizeName(trHotBufs*trHotSize), twolevel.DefaultATCEntries)
+	r.note("  %d%% of DMAs fall inside them, the rest anywhere in the MRs; devices interleave uniformly. Keys without a suffix are the hot set's,", trHotPct)
+	r.note("  keys ending _uniform (and _uniform_<n>) the uniform pattern's: DMAs anywhere in the MRs, no reuse, the ATC's worst case.")
+	r.note("ratio = 2-level / eMTT ns per DMA; no-pin = the eMTT without pin references (a nil pvdma.Hold);")
+	r.note("emtt_flatness, emtt_nopin_flatness and atc_growth = ns at %d devices / ns at %d.",
+		devCounts[len(devCounts)-1], devCounts[0])
+	r.note("The model adds no delay: an ATC miss costs only its page walk here, not the ~1 us PCIe round trip to the IOMMU it costs on a real NIC, so the ratio understates the gap.")
+	r.note("goals: emtt_flatness near 1, ratio >= 5 at 1024 devices (ATC of %d entries, GOMAXPROCS=%d)", twolevel.DefaultATCEntries, runtime.GOMAXPROCS(0))
+	return nil
+}
+
+// parseDeviceCounts parses --devices: a comma-separated list of counts,
+// returned sorted without duplicates.
+func parseDeviceCounts(s string) ([]int, error) {
+	var counts []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > trMaxDevices {
+			return nil, fmt.Errorf("--devices %q: %q is not a device count in 1..%d", s, f, trMaxDevices)
+		}
+		counts = append(counts, n)
+	}
+	slices.Sort(counts)
+	return slices.Compact(counts), nil
+}
+
+// translateGuest maps the guest RAM every device shares: trMRs untouched
+// anonymous regions, 256 MiB apart in guest physical space. unmap
+// releases them.
+func translateGuest() (guest []guestmem.Region, unmap func(), err error) {
+	unmap = func() {
+		for _, g := range guest {
+			g.Mapping.Unmap()
+		}
+	}
+	for k := range trMRs {
+		m, err := guestmem.MapAnonymous(trRegionSize)
+		if err != nil {
+			unmap()
+			return nil, nil, fmt.Errorf("guest region %d: %w", k, err)
+		}
+		guest = append(guest, guestmem.Region{GuestPhys: uint64(k) << 28, Size: trRegionSize, UserAddr: 0x7e00_0000_0000 + uint64(k)<<28, Mapping: m})
+	}
+	return guest, unmap, nil
+}
+
+type trResult struct {
+	emttNS, atcNS float64 // per DMA
+	noPinNS       float64 // eMTT without pin references, per DMA
+	hitPct        float64 // ATC hits in the timed rounds
+	pagesPerDMA   float64
+	modelBytes    uint64 // IOMMU page tables and MTT page entries
+}
+
+// trBench drives n devices' translations: the loops the suite times.
+type trBench struct {
+	nic   *twolevel.NIC
+	devs  []*trDevice
+	views []guestmem.View
+	hold  pvdma.Hold
+	sink  uint64 // keeps the model's results live
+}
+
+// emtt translates seq through the eMTTs; with pin, it takes the pin
+// references of each DMA and releases them after it, as the device does.
+func (b *trBench) emtt(seq []trAccess, pin bool) error {
+	var h *pvdma.Hold
+	if pin {
+		h = &b.hold
+	}
+	for _, a := range seq {
+		d := b.devs[a.dev]
+		var err error
+		b.views, err = d.tab.Translate(b.views[:0], h, d.ekeys[a.mr], trPD, abi.AccessRemoteWrite, a.iova, a.n)
+		if h != nil {
+			h.Release()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// model translates seq through the two-level model.
+func (b *trBench) model(seq []trAccess) error {
+	for _, a := range seq {
+		d := b.devs[a.dev]
+		hpa, err := b.nic.Translate(d.model, d.mkeys[a.mr], trPD, abi.AccessRemoteWrite, a.iova, a.n)
+		if err != nil {
+			return err
+		}
+		b.sink += hpa
+	}
+	return nil
+}
+
+func (b *trBench) close() {
+	for _, d := range b.devs {
+		d.cache.Close()
+	}
+}
+
+// timed runs f after a GC, so that no collection of the setup's garbage
+// lands in it, and returns its time.
+func timed(f func() error) (time.Duration, error) {
+	runtime.GC()
+	t0 := time.Now()
+	err := f()
+	return time.Since(t0), err
+}
+
+// measureTranslate builds n devices and measures every pattern of
+// trPatterns on them, in that order.
+func measureTranslate(ctx context.Context, guest []guestmem.Region, n, accesses, rounds int) ([]trResult, error) {
+	b, modelBytes, err := buildTranslateBench(guest, n)
+	defer b.close()
+	if err != nil {
+		return nil, err
+	}
+	var out []trResult
+	for _, pat := range trPatterns {
+		res, err := measurePattern(ctx, b, translateSequence(n, accesses, pat.hotPct), rounds)
+		if err != nil {
+			return nil, fmt.Errorf("%s pattern: %w", pat.name, err)
+		}
+		res.modelBytes = modelBytes
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+func measurePattern(ctx context.Context, b *trBench, seq []trAccess, rounds int) (trResult, error) {
+	// Warm: pins every chunk the sequence touches, fills the caches.
+	if err := b.emtt(seq, true); err != nil {
+		return trResult{}, fmt.Errorf("eMTT: %w", err)
+	}
+	if err := b.model(seq); err != nil {
+		return trResult{}, fmt.Errorf("model: %w", err)
+	}
+	atc0, st0 := b.nic.ATC().Stats(), b.nic.Stats()
+	var bestE, bestN, bestM time.Duration
+	for round := range rounds {
+		if err := ctx.Err(); err != nil {
+			return trResult{}, err
+		}
+		e, err := timed(func() error { return b.emtt(seq, true) })
+		if err != nil {
+			return trResult{}, fmt.Errorf("eMTT: %w", err)
+		}
+		nopin, err := timed(func() error { return b.emtt(seq, false) })
+		if err != nil {
+			return trResult{}, fmt.Errorf("eMTT without pins: %w", err)
+		}
+		m, err := timed(func() error { return b.model(seq) })
+		if err != nil {
+			return trResult{}, fmt.Errorf("model: %w", err)
+		}
+		if round == 0 || e < bestE {
+			bestE = e
+		}
+		if round == 0 || nopin < bestN {
+			bestN = nopin
+		}
+		if round == 0 || m < bestM {
+			bestM = m
+		}
+	}
+	if b.sink == 0 {
+		return trResult{}, fmt.Errorf("model translated nothing")
+	}
+	atc, st := b.nic.ATC().Stats(), b.nic.Stats()
+	hits, misses := atc.Hits-atc0.Hits, atc.Misses-atc0.Misses
+	return trResult{
+		emttNS:      float64(bestE.Nanoseconds()) / float64(len(seq)),
+		noPinNS:     float64(bestN.Nanoseconds()) / float64(len(seq)),
+		atcNS:       float64(bestM.Nanoseconds()) / float64(len(seq)),
+		hitPct:      100 * float64(hits) / float64(hits+misses),
+		pagesPerDMA: float64(st.Pages-st0.Pages) / float64(st.Translations-st0.Translations),
+	}, nil
+}
+
+// buildTranslateBench makes n devices whose guest RAM is guest, each with
+// its MRs in both tables, on one NIC, and returns them with the bytes of
+// the model's tables. The bench is closed even on error.
+func buildTranslateBench(guest []guestmem.Region, n int) (*trBench, uint64, error) {
+	pool := pvdma.NewPool(0, pvdma.NopPinner{})
+	b := &trBench{nic: twolevel.NewNIC(twolevel.DefaultATCEntries), devs: make([]*trDevice, 0, n)}
+	var modelBytes uint64
+	for i := range n {
+		mem, err := guestmem.NewTable(guest)
+		if err != nil {
+			return b, 0, err
+		}
+		d := &trDevice{cache: pool.NewCache(pvdma.Options{Name: fmt.Sprintf("dev%d", i)})}
+		b.devs = append(b.devs, d)
+		if err := d.cache.SetMemory(mem); err != nil {
+			return b, 0, err
+		}
+		d.tab = emtt.New(16, d.cache)
+		if d.model, err = b.nic.AddDevice(mem); err != nil {
+			return b, 0, err
+		}
+		modelBytes += uint64(d.model.Domain().Tables()) * twolevel.PageSize
+		for k := range trMRs {
+			spec := emtt.Spec{PD: trPD, Access: abi.AccessLocalWrite | abi.AccessRemoteWrite | abi.AccessRemoteRead,
+				IOVA: trIOVA(k), Length: trMRSize, Spans: []emtt.Span{{GPA: trGPA(k), Len: trMRSize}}}
+			er, err := d.tab.Insert(mem, spec)
+			if err != nil {
+				return b, 0, fmt.Errorf("eMTT MR %d: %w", k, err)
+			}
+			mr, err := d.model.Register(spec)
+			if err != nil {
+				return b, 0, fmt.Errorf("MTT MR %d: %w", k, err)
+			}
+			d.ekeys[k], d.mkeys[k] = er.Key, mr.Key
+			modelBytes += (trMRSize / twolevel.PageSize) * 8
+		}
+	}
+	return b, modelBytes, nil
+}
+
+// trHotOffset is where device dev's hot buffer j starts in MR j: page
+// aligned, drawn from a seed of its own, so that a device's buffers are
+// in the same places at every device count.
+func trHotOffset(dev uint32, j int) uint64 {
+	rng := rand.New(rand.NewPCG(trSeed^0x407, uint64(dev)<<8|uint64(j)))
+	return rng.Uint64N((trMRSize-trHotSize)/twolevel.PageSize+1) * twolevel.PageSize
+}
+
+// translateSequence draws n DMAs over the given number of devices: device
+// uniform, size from trSizes; hotPct% of them at a cache-line-aligned
+// offset inside one of the device's hot buffers (chosen uniformly), the
+// rest in an MR chosen uniformly at a cache-line-aligned offset uniform
+// within it.
+func translateSequence(devices, n, hotPct int) []trAccess {
+	rng := rand.New(rand.NewPCG(trSeed, uint64(devices)<<8|uint64(hotPct)))
+	hot := make([][trHotBufs]uint64, devices)
+	for dev := range hot {
+		for j := range trHotBufs {
+			hot[dev][j] = trHotOffset(uint32(dev), j)
+		}
+	}
+	seq := make([]trAccess, n)
+	for i := range seq {
+		a := trAccess{dev: uint32(rng.IntN(devices)), n: trSizes[rng.IntN(len(trSizes))]}
+		if rng.IntN(100) < hotPct {
+			j := rng.IntN(trHotBufs)
+			a.mr = uint32(j)
+			a.iova = trIOVA(j) + hot[a.dev][j] + rng.Uint64N((trHotSize-a.n)/64+1)*64
+		} else {
+			mr := rng.IntN(trMRs)
+			a.mr = uint32(mr)
+			a.iova = trIOVA(mr) + rng.Uint64N((trMRSize-a.n)/64+1)*64
+		}
+		seq[i] = a
+	}
+	return seq
+}
