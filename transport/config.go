@@ -1,0 +1,138 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vstellar/vstellar/transport/wire"
+)
+
+// Recovery is how a connection recovers lost packets.
+type Recovery uint8
+
+const (
+	// Selective is selective repeat: the receiver keeps out-of-order
+	// packets and reports them in the SACK bitmap; the sender resends
+	// only what is lost (after DupThresh later packets were acknowledged,
+	// or a reordering time, or the RTO).
+	Selective Recovery = iota
+	// GoBackN is what hardware RNICs do: the receiver drops every packet
+	// that is not the next in sequence, and the sender, told so, resends
+	// everything from the first unacknowledged packet. The baseline.
+	GoBackN
+)
+
+func (r Recovery) String() string {
+	switch r {
+	case Selective:
+		return "selective"
+	case GoBackN:
+		return "go-back-n"
+	}
+	return fmt.Sprintf("Recovery(%d)", uint8(r))
+}
+
+// Config configures one connection. Zero fields take the defaults.
+type Config struct {
+	// Identity: the tenant, and the two ends' connection ids and tokens.
+	// LocalConn/LocalToken are what the peer must put in the packets it
+	// sends us; RemoteConn/RemoteToken what we put in ours.
+	Tenant      uint32
+	LocalConn   uint32
+	LocalToken  uint64
+	RemoteConn  uint32
+	RemoteToken uint64
+
+	// MaxPayload is the payload bytes per packet (MTU minus IP, UDP and
+	// the transport's headers; see docs/wire.md). Default 1392 (MTU 1500).
+	MaxPayload int
+	// Window bounds the packets in flight (and so the receiver's
+	// reordering buffer): at most 256, what one SACK bitmap describes.
+	Window int
+	// Recovery is selective repeat (default) or go-back-N.
+	Recovery Recovery
+	// DupThresh: a packet with this many later packets acknowledged is
+	// lost (selective repeat). Well above TCP's 3, because spraying over
+	// paths of different delay reorders. Default 16.
+	DupThresh int
+	// Reordering time: an unacknowledged packet is also lost once a packet
+	// sent after it is acknowledged and this much more than the smoothed
+	// RTT has passed (RACK). Default 250 µs.
+	ReorderWindow time.Duration
+	// RTO bounds and the initial value. Defaults 1 ms, 200 µs, 100 ms.
+	RTOInit, RTOMin, RTOMax time.Duration
+	// RetryLimit: consecutive timeouts without progress before the
+	// connection fails (IB retry_cnt). Default 7.
+	RetryLimit int
+	// RNRRetry: receiver-not-ready retries per message; 7 means for ever
+	// (IB rnr_retry). Default 7.
+	RNRRetry int
+
+	// Path picks each packet's path; default SinglePath{}.
+	Path PathSelector
+	// CC bounds what is in flight; default a FixedWindow of Window.
+	CC CongestionControl
+}
+
+const maxWindow = wire.SACKBits
+
+// withDefaults fills zero fields and validates.
+func (c Config) withDefaults() (Config, error) {
+	if c.MaxPayload == 0 {
+		c.MaxPayload = 1392
+	}
+	if c.Window == 0 {
+		c.Window = maxWindow
+	}
+	if c.DupThresh == 0 {
+		c.DupThresh = 16
+	}
+	if c.ReorderWindow == 0 {
+		c.ReorderWindow = 250 * time.Microsecond
+	}
+	if c.RTOInit == 0 {
+		c.RTOInit = time.Millisecond
+	}
+	if c.RTOMin == 0 {
+		c.RTOMin = 200 * time.Microsecond
+	}
+	if c.RTOMax == 0 {
+		c.RTOMax = 100 * time.Millisecond
+	}
+	if c.RetryLimit == 0 {
+		c.RetryLimit = 7
+	}
+	if c.RNRRetry == 0 {
+		c.RNRRetry = 7
+	}
+	if c.Path == nil {
+		c.Path = SinglePath{}
+	}
+	if c.CC == nil {
+		c.CC = NewFixedWindow(c.Window)
+	}
+	switch {
+	case c.MaxPayload < 64 || c.MaxPayload > 65535:
+		return c, fmt.Errorf("transport: max payload %d outside 64..65535: %w", c.MaxPayload, ErrConfig)
+	case c.Window < 1 || c.Window > maxWindow:
+		return c, fmt.Errorf("transport: window %d outside 1..%d: %w", c.Window, maxWindow, ErrConfig)
+	case c.DupThresh < 1:
+		return c, fmt.Errorf("transport: dup threshold %d: %w", c.DupThresh, ErrConfig)
+	case c.RTOMin <= 0 || c.RTOMin > c.RTOMax || c.RTOInit < c.RTOMin || c.RTOInit > c.RTOMax:
+		return c, fmt.Errorf("transport: RTO %v not within [%v, %v]: %w", c.RTOInit, c.RTOMin, c.RTOMax, ErrConfig)
+	case c.RetryLimit < 1 || c.RetryLimit > 7 || c.RNRRetry < 1 || c.RNRRetry > 7:
+		return c, fmt.Errorf("transport: retry limit %d / rnr retry %d outside 1..7: %w", c.RetryLimit, c.RNRRetry, ErrConfig)
+	case c.Recovery > GoBackN:
+		return c, fmt.Errorf("transport: %v: %w", c.Recovery, ErrConfig)
+	}
+	return c, nil
+}
+
+// Errors, wrapped with detail.
+var (
+	ErrConfig  = errors.New("transport: bad configuration")
+	ErrMessage = errors.New("transport: bad message")
+	ErrClosed  = errors.New("transport: connection in error")
+	ErrFull    = errors.New("transport: too many messages outstanding")
+)

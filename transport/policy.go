@@ -1,0 +1,67 @@
+package transport
+
+// The policy seams, after UCCL's hooks (EventOnSelectPath, EventOnRxACK,
+// EventOnTxRTXData, ...): the connection asks a PathSelector where each
+// packet goes and tells it what each path did; it asks a
+// CongestionControl how much may be in flight and tells it about
+// acknowledgements, losses and timeouts. Both are called only from the
+// connection's own methods, so they need no locking, and they are fed
+// time, never read it, so they stay deterministic.
+
+// PathSelector picks the path (the UDP source-port entropy index) of
+// every packet and learns from what happens on each path.
+type PathSelector interface {
+	// SelectPath returns the path for the packet psn; retx says it is a
+	// retransmission (a spraying policy may avoid the path that lost it).
+	SelectPath(psn uint32, retx bool) uint16
+	// OnAck reports an RTT sample (ns) for a packet sent on path.
+	OnAck(path uint16, rtt int64)
+	// OnLoss reports a packet sent on path declared lost.
+	OnLoss(path uint16)
+}
+
+// CongestionControl bounds the packets in flight.
+type CongestionControl interface {
+	// Window is the number of packets that may be in flight now.
+	Window() int
+	// OnAck reports newly acknowledged packets and an RTT sample (ns, 0
+	// if none) at time now.
+	OnAck(now int64, acked int, rtt int64)
+	// OnLoss reports packets declared lost (by SACK or reordering time).
+	OnLoss(now int64, lost int)
+	// OnTimeout reports a retransmission timeout.
+	OnTimeout(now int64)
+}
+
+// SinglePath sends everything on one path, as RoCE's ECMP hashing puts a
+// connection on one: the baseline the next issue's sprayers beat.
+type SinglePath struct{ Entropy uint16 }
+
+// SelectPath implements PathSelector.
+func (s SinglePath) SelectPath(uint32, bool) uint16 { return s.Entropy }
+
+// OnAck implements PathSelector.
+func (SinglePath) OnAck(uint16, int64) {}
+
+// OnLoss implements PathSelector.
+func (SinglePath) OnLoss(uint16) {}
+
+// FixedWindow allows a fixed number of packets in flight: no congestion
+// control beyond the connection's window (the next issue brings Swift and
+// CUBIC).
+type FixedWindow struct{ n int }
+
+// NewFixedWindow returns a FixedWindow of n packets.
+func NewFixedWindow(n int) *FixedWindow { return &FixedWindow{n: n} }
+
+// Window implements CongestionControl.
+func (w *FixedWindow) Window() int { return w.n }
+
+// OnAck implements CongestionControl.
+func (*FixedWindow) OnAck(int64, int, int64) {}
+
+// OnLoss implements CongestionControl.
+func (*FixedWindow) OnLoss(int64, int) {}
+
+// OnTimeout implements CongestionControl.
+func (*FixedWindow) OnTimeout(int64) {}

@@ -1,0 +1,229 @@
+package transport
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/vstellar/vstellar/transport/wire"
+)
+
+// inMsg is one inbound message being received.
+type inMsg struct {
+	Inbound
+	valid   bool     // the slot holds msn Inbound.MSN
+	begun   bool     // Begin accepted it
+	refused wire.NAK // Begin refused it for good
+	placed  uint64   // bytes placed
+}
+
+// receiver is the receiving half: the reordering window, placement,
+// in-order commit and acknowledgements.
+type receiver struct {
+	cfg *Config
+
+	nxt    uint32                 // next psn expected: all below received
+	seen   [maxWindow / 64]uint64 // bit (psn - nxt) for psn in (nxt, nxt+maxWindow)
+	base   uint32                 // psn of bit 0 of seen (== nxt)
+	msgs   [maxMessages]inMsg     // msgs[msn%maxMessages], msn in [commit, commit+maxMessages)
+	commit uint32                 // next msn to commit
+
+	ackPending bool
+	echoTS     int64
+	ackPath    uint16
+	rnrMSN     uint32 // a receiver-not-ready NAK to send (rnrPending)
+	rnrTimer   uint8
+	rnrPending bool
+}
+
+func (r *receiver) init(cfg *Config) { r.cfg = cfg }
+
+func (r *receiver) has(psn uint32) bool {
+	if wire.SeqLess(psn, r.nxt) {
+		return true
+	}
+	d := psn - r.nxt
+	return d < maxWindow && r.seen[d/64]&(1<<(d%64)) != 0
+}
+
+// mark records psn as received and advances nxt over what is contiguous.
+func (r *receiver) mark(psn uint32) {
+	d := psn - r.nxt
+	r.seen[d/64] |= 1 << (d % 64)
+	for r.seen[0]&1 != 0 {
+		r.shift()
+	}
+}
+
+// shift moves the window up by one psn.
+func (r *receiver) shift() {
+	for i := range len(r.seen) - 1 {
+		r.seen[i] = r.seen[i]>>1 | r.seen[i+1]<<63
+	}
+	r.seen[len(r.seen)-1] >>= 1
+	r.nxt++
+}
+
+func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
+	d := &p.Data
+	if wire.SeqLess(d.MSN, r.commit) {
+		// A message already committed: a late duplicate.
+		c.st.Duplicates++
+		r.ackNow(p)
+		return nil
+	}
+	if d.MSN-r.commit >= maxMessages {
+		c.st.Invalid++
+		return fmt.Errorf("msn %d beyond the window at %d: %w", d.MSN, r.commit, ErrInvalid)
+	}
+	if r.has(p.PSN) {
+		c.st.Duplicates++
+		r.ackNow(p)
+		return nil
+	}
+	if p.PSN-r.nxt >= maxWindow {
+		c.st.Invalid++
+		return fmt.Errorf("psn %d beyond the window at %d: %w", p.PSN, r.nxt, ErrInvalid)
+	}
+	if c.cfg.Recovery == GoBackN && p.PSN != r.nxt {
+		// Hardware RNICs drop what is out of order and say where they
+		// are: the duplicate acknowledgement makes the sender go back.
+		c.st.Duplicates++
+		r.ackNow(p)
+		return nil
+	}
+	if d.Op == wire.OpReadResp || d.Op == wire.OpAtomicResp {
+		// A response to one of our requests: it must answer a request
+		// still waiting, with the shape the request asked for.
+		if c.tx.awaiting(uint32(d.RAddr), d.Op, d.MsgLen) == nil {
+			c.st.Invalid++
+			return fmt.Errorf("%v for msn %d answers no outstanding request: %w", d.Op, d.RAddr, ErrInvalid)
+		}
+	}
+	m := &r.msgs[d.MSN%maxMessages]
+	if !m.valid {
+		*m = inMsg{valid: true, Inbound: Inbound{MSN: d.MSN, SSN: d.SSN, Op: d.Op, Len: d.MsgLen, RAddr: d.RAddr,
+			RKey: d.RKey, Imm: d.Imm, Solicited: p.Flags&wire.FlagSolicited != 0}}
+	} else if m.MSN != d.MSN || m.Op != d.Op || m.Len != d.MsgLen || m.RAddr != d.RAddr || m.RKey != d.RKey || m.Imm != d.Imm || m.SSN != d.SSN {
+		c.st.Invalid++
+		return fmt.Errorf("msn %d: packet %d disagrees with the message: %w", d.MSN, p.PSN, ErrInvalid)
+	}
+	if p.Flags&wire.FlagSolicited != 0 {
+		m.Solicited = true
+	}
+	if !m.begun && (d.Op == wire.OpReadResp || d.Op == wire.OpAtomicResp) {
+		m.begun = true // ours: the request was checked when we sent it
+	}
+	if m.refused == wire.NAKNone && !m.begun {
+		nak, timer := c.sink.Begin(&m.Inbound)
+		switch nak {
+		case wire.NAKNone:
+			m.begun = true
+		case wire.NAKRNR:
+			// Keep nothing: the packet is not received, and the sender
+			// comes back after the timer.
+			*m = inMsg{}
+			r.rnrMSN, r.rnrTimer, r.rnrPending = d.MSN, timer, true
+			r.ackNow(p)
+			return nil
+		default:
+			m.refused = nak
+		}
+	}
+	if m.begun {
+		r.place(c, m, p)
+	}
+	c.st.DataReceived++
+	r.mark(p.PSN)
+	r.commitReady(c, now)
+	r.ackNow(p)
+	return nil
+}
+
+// place puts a packet's payload where its message goes: the sink for
+// requests, the operands for atomics, our READ's destination for a
+// response.
+func (r *receiver) place(c *Conn, m *inMsg, p *wire.Packet) {
+	d := &p.Data
+	switch d.Op {
+	case wire.OpReadReq:
+		m.placed = uint64(m.Len) // no payload: the request is whole
+		return
+	case wire.OpCmpSwap:
+		m.Compare, m.SwapAdd = binary.BigEndian.Uint64(p.Payload), binary.BigEndian.Uint64(p.Payload[8:])
+	case wire.OpFetchAdd:
+		m.SwapAdd = binary.BigEndian.Uint64(p.Payload)
+	case wire.OpAtomicResp:
+		m.Result = binary.BigEndian.Uint64(p.Payload)
+	case wire.OpReadResp:
+		if req := c.tx.msg(uint32(d.RAddr)); len(p.Payload) > 0 {
+			req.Dst.WriteAt(p.Payload, uint64(d.Offset))
+		}
+	default:
+		if len(p.Payload) > 0 {
+			c.sink.Place(&m.Inbound, uint64(d.Offset), p.Payload)
+		}
+	}
+	m.placed += uint64(len(p.Payload))
+	c.st.BytesPlaced += uint64(len(p.Payload))
+}
+
+// commitReady commits, in message order, every message fully placed.
+// A refused message stops the line: it is NAKed in every
+// acknowledgement until the sender, failing, stops.
+func (r *receiver) commitReady(c *Conn, now int64) {
+	for {
+		m := &r.msgs[r.commit%maxMessages]
+		if !m.valid || m.MSN != r.commit || !m.begun || m.placed < uint64(m.Len) {
+			return
+		}
+		switch m.Op {
+		case wire.OpReadResp, wire.OpAtomicResp:
+			c.tx.responseArrived(c, now, uint32(m.RAddr), m.Result)
+		case wire.OpReadReq:
+			c.sink.Commit(&m.Inbound)
+			c.tx.respond(wire.OpReadResp, m.MSN, m.Len, m.Response)
+		case wire.OpCmpSwap, wire.OpFetchAdd:
+			c.sink.Commit(&m.Inbound) // performs it: exactly once
+			c.tx.respond(wire.OpAtomicResp, m.MSN, 8, resultSource(m.Result))
+		default:
+			c.sink.Commit(&m.Inbound)
+		}
+		*m = inMsg{}
+		r.commit++
+	}
+}
+
+// ackNow asks for an acknowledgement of p (coalesced: one per Transmit).
+func (r *receiver) ackNow(p *wire.Packet) {
+	r.ackPending, r.echoTS, r.ackPath = true, p.TS, p.Path
+}
+
+// appendAck writes the pending acknowledgement.
+func (r *receiver) appendAck(c *Conn, dst []byte) ([]byte, uint16) {
+	a := wire.Ack{Cum: r.nxt, EchoTS: r.echoTS, MSN: r.commit}
+	// seen bit 0 is nxt itself (never set); SACK bit i is nxt+1+i.
+	for i := range uint32(wire.SACKBits - 1) {
+		d := i + 1
+		if r.seen[d/64]&(1<<(d%64)) != 0 {
+			a.SACK[i/64] |= 1 << (i % 64)
+		}
+	}
+	if m := &r.msgs[r.commit%maxMessages]; m.valid && m.MSN == r.commit && m.refused != wire.NAKNone {
+		a.NAK, a.NAKMSN = m.refused, r.commit
+	} else if r.rnrPending {
+		a.NAK, a.NAKMSN, a.RNRTimer = wire.NAKRNR, r.rnrMSN, r.rnrTimer
+	}
+	r.rnrPending, r.ackPending = false, false
+	h := c.hdr
+	h.Path, h.PSN, h.TS, h.Flags = r.ackPath, 0, 0, 0
+	return wire.AppendAck(dst, &h, &a), r.ackPath
+}
+
+// resultSource is an atomic's 8-byte response, big-endian.
+type resultSource uint64
+
+func (v resultSource) ReadAt(p []byte, off uint64) {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(v))
+	copy(p, b[off:])
+}

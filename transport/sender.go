@@ -1,0 +1,628 @@
+package transport
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/vstellar/vstellar/transport/wire"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// maxMessages bounds the messages outstanding on a connection (posted,
+// not completed), a power of two.
+const maxMessages = 1024
+
+// Packet states at the sender.
+const (
+	pktInFlight uint8 = iota + 1 // sent, waiting for its acknowledgement
+	pktAcked                     // cumulatively or selectively acknowledged
+	pktLost                      // declared lost, queued for retransmission
+	pktRNRWait                   // its message was refused as not ready: wait
+)
+
+// txPkt is one packet of the send window.
+type txPkt struct {
+	sentAt int64
+	msn    uint32
+	off    uint32
+	n      uint16
+	path   uint16
+	first  bool
+	last   bool
+	state  uint8
+	tx     uint8 // transmissions so far
+}
+
+// outMsg is one posted message.
+type outMsg struct {
+	Message
+	msn, ssn uint32
+	sent     uint32 // bytes packetized so far
+	allSent  bool
+	rnrs     int   // RNR retries left (7: for ever)
+	rnrUntil int64 // while > 0, its packets wait for this time
+	status   Status
+	refused  bool // a NAK ended it; it completes with status
+	// internal: a READ or atomic response we send; it completes silently.
+	internal bool
+	// respDone: the response to this READ or atomic has arrived (value:
+	// an atomic's result).
+	respDone bool
+	value    uint64
+}
+
+// response is a READ or atomic response waiting for room in the
+// message window.
+type response struct {
+	op     wire.Op
+	reqMSN uint32
+	len    uint32
+	src    Source
+}
+
+// sender is the sending half: sequencing, the window, loss recovery.
+type sender struct {
+	cfg *Config
+
+	// Messages: msgs[msn%maxMessages] for msn in [msnUna, msnNxt).
+	msgs           [maxMessages]outMsg
+	msnUna, msnNxt uint32
+	ssnNxt         uint32
+	cur            uint32 // msn of the message being packetized
+
+	// Packets: win[psn%maxWindow] for psn in [una, nxt).
+	win      [maxWindow]txPkt
+	una, nxt uint32
+	inFlight int
+	lost     int // packets in pktLost: the retransmission queue
+
+	// RTT and timers (ns).
+	srtt, rttvar, rto int64
+	rtoAt             int64 // 0: not armed
+	retries           int   // consecutive timeouts without progress
+	rackSentAt        int64 // latest send time of an acknowledged packet
+	rackAt            int64 // 0: no reordering deadline
+	rnrAt             int64 // 0: no RNR wait
+	highAcked         uint32
+	haveHigh          bool
+	gbnRecover        uint32 // go-back-N: no new go-back before una passes it
+	gbnActive         bool
+	respAt            int64      // 0: no response awaited; else when to give up waiting
+	pending           []response // responses waiting for room
+	// peerCommitted: the receiver committed every msn below it.
+	peerCommitted uint32
+}
+
+func (s *sender) init(cfg *Config) {
+	s.cfg = cfg
+	s.rto = dur(cfg.RTOInit)
+}
+
+func (s *sender) msg(msn uint32) *outMsg { return &s.msgs[msn%maxMessages] }
+func (s *sender) pkt(psn uint32) *txPkt  { return &s.win[psn%maxWindow] }
+
+func (s *sender) post(m Message) (uint32, error) {
+	if s.msnNxt-s.msnUna >= maxMessages {
+		return 0, fmt.Errorf("%d messages outstanding: %w", maxMessages, ErrFull)
+	}
+	o := s.msg(s.msnNxt)
+	*o = outMsg{Message: m, msn: s.msnNxt, ssn: s.ssnNxt, rnrs: s.cfg.RNRRetry}
+	switch m.Op {
+	case wire.OpCmpSwap:
+		o.Len = 16
+	case wire.OpFetchAdd:
+		o.Len = 8
+	}
+	if consumesRecv(m.Op) {
+		s.ssnNxt++
+	}
+	s.msnNxt++
+	return o.msn, nil
+}
+
+// respond queues the response to the peer's request reqMSN.
+func (s *sender) respond(op wire.Op, reqMSN, n uint32, src Source) {
+	if src == nil {
+		src = zeroSource{} // a Sink that gave nothing answers zeros
+	}
+	s.pending = append(s.pending, response{op: op, reqMSN: reqMSN, len: n, src: src})
+	s.postPending()
+}
+
+// postPending moves queued responses into the message window.
+func (s *sender) postPending() {
+	for len(s.pending) > 0 && s.msnNxt-s.msnUna < maxMessages {
+		r := s.pending[0]
+		s.pending = s.pending[1:]
+		o := s.msg(s.msnNxt)
+		*o = outMsg{Message: Message{Op: r.op, Len: r.len, Src: r.src, RAddr: uint64(r.reqMSN)}, msn: s.msnNxt, internal: true}
+		s.msnNxt++
+	}
+	if len(s.pending) == 0 {
+		s.pending = s.pending[:0:cap(s.pending)]
+	}
+}
+
+// responseArrived records the peer's response to our request reqMSN
+// (validated by the receiver).
+func (s *sender) responseArrived(c *Conn, now int64, reqMSN uint32, value uint64) {
+	m := s.msg(reqMSN)
+	m.respDone, m.value = true, value
+	s.completeCommitted(c, now, s.peerCommitted)
+}
+
+// awaiting returns our outstanding request reqMSN if it is a READ or
+// atomic still waiting for a response of op with n bytes.
+func (s *sender) awaiting(reqMSN uint32, op wire.Op, n uint32) *outMsg {
+	if !inRange(reqMSN, s.msnUna, s.msnNxt) {
+		return nil
+	}
+	m := s.msg(reqMSN)
+	switch {
+	case m.internal || m.respDone || !awaitsResponse(m.Op):
+		return nil
+	case op == wire.OpReadResp && (m.Op != wire.OpReadReq || n != m.Len):
+		return nil
+	case op == wire.OpAtomicResp && (!isAtomic(m.Op) || n != 8):
+		return nil
+	}
+	return m
+}
+
+// window is how many packets may be in flight now.
+func (s *sender) window() int {
+	return min(s.cfg.Window, max(s.cfg.CC.Window(), 1))
+}
+
+func (s *sender) transmit(c *Conn, now int64, buf []byte) ([]byte, uint16, bool) {
+	if s.inFlight >= s.window() {
+		return nil, 0, false
+	}
+	// Retransmissions first, oldest first: the lost packets of the
+	// window (at most maxWindow to look at).
+	if s.lost > 0 {
+		for psn := s.una; psn != s.nxt; psn++ {
+			if s.pkt(psn).state == pktLost {
+				s.lost--
+				c.st.Retransmits++
+				pkt, path := s.send(c, now, psn, buf, true)
+				return pkt, path, true
+			}
+		}
+	}
+	if s.nxt-s.una >= uint32(s.cfg.Window) {
+		return nil, 0, false
+	}
+	// New data: the next packet of the first message not fully sent.
+	for s.cur != s.msnNxt && s.msg(s.cur).allSent {
+		s.cur++
+	}
+	if s.cur == s.msnNxt {
+		return nil, 0, false
+	}
+	m := s.msg(s.cur)
+	n := min(m.Len-m.sent, uint32(s.cfg.MaxPayload))
+	if m.Op == wire.OpReadReq {
+		n = m.Len // one packet without payload: n is the read length
+	}
+	psn := s.nxt
+	*s.pkt(psn) = txPkt{msn: m.msn, off: m.sent, n: uint16(min(n, 0xffff)), first: m.sent == 0, last: m.sent+n == m.Len}
+	if m.Op == wire.OpReadReq {
+		s.pkt(psn).n = 0
+	}
+	m.sent += n
+	m.allSent = m.sent == m.Len
+	s.nxt++
+	c.st.DataSent++
+	pkt, path := s.send(c, now, psn, buf, false)
+	return pkt, path, true
+}
+
+// send (re)transmits packet psn.
+func (s *sender) send(c *Conn, now int64, psn uint32, buf []byte, retx bool) ([]byte, uint16) {
+	p := s.pkt(psn)
+	m := s.msg(p.msn)
+	p.path = s.cfg.Path.SelectPath(psn, retx)
+	p.sentAt, p.state = now, pktInFlight
+	p.tx++
+	s.inFlight++
+	if s.rtoAt == 0 {
+		s.rtoAt = now + s.rto
+	}
+	h := &c.hdr
+	h.Path, h.PSN, h.TS, h.Flags = p.path, psn, now, 0
+	if p.first {
+		h.Flags |= wire.FlagFirst
+	}
+	if p.last {
+		h.Flags |= wire.FlagLast
+		if m.Solicited {
+			h.Flags |= wire.FlagSolicited
+		}
+	}
+	if retx {
+		h.Flags |= wire.FlagRetx
+	}
+	d := wire.Data{Op: m.Op, MSN: m.msn, Offset: p.off, MsgLen: m.Len}
+	switch m.Op {
+	case wire.OpWrite, wire.OpReadReq, wire.OpCmpSwap, wire.OpFetchAdd:
+		d.RKey, d.RAddr = m.RKey, m.RAddr
+	case wire.OpReadResp, wire.OpAtomicResp:
+		d.RAddr = m.RAddr // the request's msn
+	case wire.OpWriteImm:
+		d.RKey, d.RAddr, d.Imm, d.SSN = m.RKey, m.RAddr, m.Imm, m.ssn
+	case wire.OpSend:
+		d.SSN = m.ssn
+	case wire.OpSendImm:
+		d.Imm, d.SSN = m.Imm, m.ssn
+	}
+	hl := wire.HeaderLen + wire.DataLen
+	payload := buf[hl : hl+int(p.n)]
+	switch {
+	case m.Op == wire.OpCmpSwap:
+		binary.BigEndian.PutUint64(payload[0:], m.Compare)
+		binary.BigEndian.PutUint64(payload[8:], m.SwapAdd)
+	case m.Op == wire.OpFetchAdd:
+		binary.BigEndian.PutUint64(payload[0:], m.SwapAdd)
+	case p.n > 0:
+		m.Src.ReadAt(payload, uint64(p.off))
+	}
+	return wire.AppendData(buf[:0], h, &d, payload), p.path
+}
+
+// ack processes an acknowledgement.
+func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
+	a := &p.Ack
+	if wire.SeqLess(s.nxt, a.Cum) || s.una-a.Cum > maxWindow+maxMessages && wire.SeqLess(a.Cum, s.una) {
+		// Acknowledging what was never sent (an old ACK, reordered or
+		// duplicated, has Cum below una and is still useful for its
+		// SACK bits; one from beyond any window is not).
+		c.st.Invalid++
+		return fmt.Errorf("ack %d outside [%d, %d]: %w", a.Cum, s.una, s.nxt, ErrInvalid)
+	}
+	c.st.AcksReceived++
+	if p.Ack.EchoTS > 0 && p.Ack.EchoTS <= now {
+		rtt := now - p.Ack.EchoTS
+		s.sampleRTT(rtt)
+		c.cfg.Path.OnAck(p.Path, rtt)
+	}
+	acked := 0
+	for psn := s.una; wire.SeqLess(psn, a.Cum); psn++ {
+		acked += s.markAcked(psn)
+	}
+	for i := uint32(0); i < wire.SACKBits; i++ {
+		psn := a.Cum + 1 + i
+		if !wire.SeqLess(psn, s.nxt) {
+			break
+		}
+		if a.SACK[i/64]&(1<<(i%64)) != 0 {
+			acked += s.markAcked(psn)
+		}
+	}
+	progress := acked > 0
+	for s.una != s.nxt && s.pkt(s.una).state == pktAcked {
+		s.una++
+	}
+	if progress {
+		c.cfg.CC.OnAck(now, acked, now-p.Ack.EchoTS)
+		s.retries = 0
+		s.rto = s.rtoValue()
+		if s.inFlight > 0 {
+			s.rtoAt = now + s.rto
+		} else {
+			s.rtoAt = 0
+		}
+	}
+	// Completions: the receiver committed every message below a.MSN.
+	s.completeCommitted(c, now, a.MSN)
+	if a.NAK != wire.NAKNone {
+		s.nak(c, now, a)
+	}
+	if c.failed {
+		return nil
+	}
+	if c.cfg.Recovery == GoBackN {
+		s.goBack(c, now, a, progress)
+	} else {
+		s.detectLosses(c, now)
+	}
+	return nil
+}
+
+// completeCommitted completes, in order, the messages the receiver
+// committed (every msn below committed): a READ or atomic also waits for
+// its response, a response we sent completes silently.
+func (s *sender) completeCommitted(c *Conn, now int64, committed uint32) {
+	if wire.SeqLess(s.msnNxt, committed) {
+		return // beyond anything posted: not ours to believe
+	}
+	if wire.SeqLess(s.peerCommitted, committed) {
+		s.peerCommitted = committed
+	}
+	committed = s.peerCommitted
+	s.respAt = 0
+	for s.msnUna != s.msnNxt && wire.SeqLess(s.msnUna, committed) {
+		m := s.msg(s.msnUna)
+		if m.refused {
+			break // the NAK decides
+		}
+		if awaitsResponse(m.Op) && !m.respDone {
+			// The peer has the request; its response travels in its
+			// own reliable stream. Only a dead peer leaves us waiting.
+			s.respAt = now + s.rto
+			break
+		}
+		if !m.internal {
+			c.comps = append(c.comps, Completion{Token: m.Token, MSN: m.msn, Status: StatusOK, Value: m.value})
+		}
+		s.msnUna++
+	}
+	s.postPending()
+}
+
+// markAcked marks psn acknowledged and reports 1 if it was not.
+func (s *sender) markAcked(psn uint32) int {
+	if !inRange(psn, s.una, s.nxt) {
+		return 0
+	}
+	p := s.pkt(psn)
+	if p.state == pktAcked {
+		return 0
+	}
+	switch p.state {
+	case pktInFlight:
+		s.inFlight--
+	case pktLost:
+		s.lost--
+	}
+	p.state = pktAcked
+	if p.sentAt > s.rackSentAt {
+		s.rackSentAt = p.sentAt
+	}
+	if !s.haveHigh || wire.SeqLess(s.highAcked, psn) {
+		s.highAcked, s.haveHigh = psn, true
+	}
+	return 1
+}
+
+// detectLosses declares lost (selective repeat) every packet in flight
+// with DupThresh later packets acknowledged, or sent before an
+// acknowledged packet and older than the smoothed RTT plus the
+// reordering window (RACK). It arms the reordering timer for the rest.
+func (s *sender) detectLosses(c *Conn, now int64) {
+	s.rackAt = 0
+	if !s.haveHigh {
+		return
+	}
+	reo := s.srtt + dur(c.cfg.ReorderWindow)
+	lost := 0
+	for psn := s.una; wire.SeqLess(psn, s.highAcked); psn++ {
+		p := s.pkt(psn)
+		if p.state != pktInFlight {
+			continue
+		}
+		// The count rule judges a first transmission only: a resent
+		// packet has every packet above it acknowledged already, so only
+		// time (or the RTO) can say it is lost again.
+		byCount := p.tx == 1 && s.highAcked-psn >= uint32(c.cfg.DupThresh)
+		byTime := p.sentAt < s.rackSentAt && p.sentAt+reo <= now
+		if byCount || byTime {
+			s.lose(c, psn)
+			lost++
+			continue
+		}
+		if p.sentAt < s.rackSentAt && (s.rackAt == 0 || p.sentAt+reo < s.rackAt) {
+			s.rackAt = p.sentAt + reo
+		}
+	}
+	if lost > 0 {
+		c.st.FastRetransmits += uint64(lost)
+		c.cfg.CC.OnLoss(now, lost)
+	}
+}
+
+// goBack implements go-back-N: an acknowledgement that does not move
+// una while packets are in flight means the receiver dropped an
+// out-of-order packet; resend everything from una, once per window.
+func (s *sender) goBack(c *Conn, now int64, a *wire.Ack, progress bool) {
+	if s.gbnActive && !wire.SeqLess(s.una, s.gbnRecover) {
+		s.gbnActive = false
+	}
+	if progress || s.gbnActive || s.inFlight == 0 || a.Cum != s.una {
+		return
+	}
+	n := s.loseAll(c)
+	s.gbnActive, s.gbnRecover = true, s.nxt
+	if n > 0 {
+		c.st.FastRetransmits += uint64(n)
+		c.cfg.CC.OnLoss(now, n)
+	}
+}
+
+// lose declares packet psn lost and queues it for retransmission.
+func (s *sender) lose(c *Conn, psn uint32) {
+	p := s.pkt(psn)
+	if p.state == pktInFlight {
+		s.inFlight--
+	}
+	if p.state != pktLost {
+		s.lost++
+	}
+	p.state = pktLost
+	c.cfg.Path.OnLoss(p.path)
+}
+
+// loseAll declares every packet in flight lost.
+func (s *sender) loseAll(c *Conn) int {
+	n := 0
+	for psn := s.una; psn != s.nxt; psn++ {
+		if s.pkt(psn).state == pktInFlight {
+			s.lose(c, psn)
+			n++
+		}
+	}
+	return n
+}
+
+// nak handles a receiver's refusal of message a.NAKMSN.
+func (s *sender) nak(c *Conn, now int64, a *wire.Ack) {
+	if !inRange(a.NAKMSN, s.msnUna, s.msnNxt) {
+		return // about a message already completed: stale
+	}
+	m := s.msg(a.NAKMSN)
+	if a.NAK != wire.NAKRNR {
+		if a.NAKMSN != s.msnUna {
+			return // earlier messages complete first; it comes again
+		}
+		m.refused = true
+		switch a.NAK {
+		case wire.NAKAccess:
+			m.status = StatusRemoteAccess
+		case wire.NAKInvalid:
+			m.status = StatusRemoteInvalid
+		default:
+			m.status = StatusRemoteOp
+		}
+		c.fail(m.status)
+		return
+	}
+	if m.rnrUntil > now {
+		return // already waiting
+	}
+	c.st.RNRNaks++
+	if m.rnrs == 0 {
+		c.fail(StatusRNRRetryExceeded)
+		return
+	}
+	if m.rnrs != 7 {
+		m.rnrs--
+	}
+	m.rnrUntil = now + int64(rnrDelay(a.RNRTimer))
+	// Its packets not acknowledged wait, then go again.
+	for psn := s.una; psn != s.nxt; psn++ {
+		p := s.pkt(psn)
+		switch {
+		case p.msn != m.msn:
+		case p.state == pktInFlight:
+			s.inFlight--
+			p.state = pktRNRWait
+		case p.state == pktLost:
+			s.lost--
+			p.state = pktRNRWait
+		}
+	}
+	if s.rnrAt == 0 || m.rnrUntil < s.rnrAt {
+		s.rnrAt = m.rnrUntil
+	}
+}
+
+func (s *sender) timeout() (int64, bool) {
+	at := int64(0)
+	for _, t := range [...]int64{s.rtoAt, s.rackAt, s.rnrAt, s.respAt} {
+		if t != 0 && (at == 0 || t < at) {
+			at = t
+		}
+	}
+	return at, at != 0
+}
+
+func (s *sender) handleTimeout(c *Conn, now int64) {
+	if s.rnrAt != 0 && now >= s.rnrAt {
+		s.rnrAt = 0
+		for psn := s.una; psn != s.nxt; psn++ {
+			p := s.pkt(psn)
+			if p.state != pktRNRWait {
+				continue
+			}
+			if m := s.msg(p.msn); m.rnrUntil <= now {
+				p.state = pktLost
+				s.lost++
+			} else if s.rnrAt == 0 || m.rnrUntil < s.rnrAt {
+				s.rnrAt = m.rnrUntil
+			}
+		}
+	}
+	if s.rackAt != 0 && now >= s.rackAt {
+		s.detectLosses(c, now)
+	}
+	if s.respAt != 0 && now >= s.respAt {
+		// Waiting for a response with nothing of ours in flight: count
+		// it as a timeout, so a dead peer fails the connection within
+		// the retry limit.
+		c.st.Timeouts++
+		s.retries++
+		if s.retries > c.cfg.RetryLimit {
+			c.fail(StatusRetryExceeded)
+			return
+		}
+		s.rto = min(2*s.rto, dur(c.cfg.RTOMax))
+		s.respAt = now + s.rto
+	}
+	if s.rtoAt != 0 && now >= s.rtoAt {
+		s.rtoAt = 0
+		if s.inFlight == 0 {
+			return
+		}
+		c.st.Timeouts++
+		s.retries++
+		if s.retries > c.cfg.RetryLimit {
+			c.fail(StatusRetryExceeded)
+			return
+		}
+		c.cfg.CC.OnTimeout(now)
+		s.loseAll(c)
+		s.gbnActive = false
+		s.rto = min(2*s.rto, dur(c.cfg.RTOMax))
+		s.rtoAt = now + s.rto
+	}
+}
+
+// flush completes every outstanding message: the first with st, the
+// rest flushed.
+func (s *sender) flush(c *Conn, st Status) {
+	for s.msnUna != s.msnNxt {
+		if m := s.msg(s.msnUna); !m.internal {
+			c.complete(m, st)
+			st = StatusFlushed
+		}
+		s.msnUna++
+	}
+	s.pending = nil
+	s.rtoAt, s.rackAt, s.rnrAt, s.respAt = 0, 0, 0, 0
+	s.lost = 0
+}
+
+// sampleRTT feeds the RFC 6298 estimator.
+func (s *sender) sampleRTT(rtt int64) {
+	if rtt <= 0 {
+		return
+	}
+	if s.srtt == 0 {
+		s.srtt, s.rttvar = rtt, rtt/2
+		return
+	}
+	d := s.srtt - rtt
+	if d < 0 {
+		d = -d
+	}
+	s.rttvar = (3*s.rttvar + d) / 4
+	s.srtt = (7*s.srtt + rtt) / 8
+}
+
+func (s *sender) rtoValue() int64 {
+	if s.srtt == 0 {
+		return dur(s.cfg.RTOInit)
+	}
+	return max(dur(s.cfg.RTOMin), min(s.srtt+4*s.rttvar, dur(s.cfg.RTOMax)))
+}
+
+// inRange reports lo <= x < hi in serial arithmetic.
+func inRange(x, lo, hi uint32) bool { return x-lo < hi-lo }
+
+// rnrDelay is the wait the IB min_rnr_timer encoding t asks for.
+func rnrDelay(t uint8) int64 { return int64(abi.RNRTimerMicros[t&31]) * 1000 }
+
+// zeroSource reads as zeros.
+type zeroSource struct{}
+
+func (zeroSource) ReadAt(p []byte, _ uint64) { clear(p) }
