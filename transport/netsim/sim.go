@@ -34,10 +34,10 @@ type Link struct {
 	// overtake it).
 	Loss, Dup, Reorder float64
 	ReorderDelay       time.Duration
-	// Spikes add SpikeDelay to every packet sent within them.
+	// Spikes add SpikeDelay to every packet that leaves within them.
 	Spikes     []Window
 	SpikeDelay time.Duration
-	// Partitions drop every packet sent within them.
+	// Partitions drop every packet that leaves within them.
 	Partitions []Window
 	// PathDelay, if set, adds a per-path delay (multipath: paths differ).
 	PathDelay func(path uint16) time.Duration
@@ -87,6 +87,7 @@ type Sim struct {
 	st    [2]Stats
 	buf   []byte
 	free  [][]byte
+	evs   []*event // free events
 }
 
 // New creates a simulation of a and b, a→b over ab and b→a over ba, with
@@ -148,6 +149,8 @@ func (s *Sim) step() {
 		e := heap.Pop(&s.q).(*event)
 		s.eps[e.dst].Receive(s.now, e.pkt)
 		s.free = append(s.free, e.pkt[:cap(e.pkt)])
+		e.pkt = nil
+		s.evs = append(s.evs, e)
 	}
 	for _, e := range s.eps {
 		if t, has := e.Timeout(); has && t <= s.now {
@@ -176,8 +179,9 @@ func (s *Sim) send(i int, pkt []byte, path uint16) {
 		depart = max(depart, s.busy[i])
 		s.busy[i] = depart + int64(float64(len(pkt))*8/l.Rate*1e9)
 	}
+	// Impairments apply when the packet is on the wire.
 	for _, w := range l.Partitions {
-		if w.has(s.now) {
+		if w.has(depart) {
 			st.Partitioned++
 			return
 		}
@@ -200,7 +204,7 @@ func (s *Sim) send(i int, pkt []byte, path uint16) {
 			at += int64(l.PathDelay(path))
 		}
 		for _, w := range l.Spikes {
-			if w.has(s.now) {
+			if w.has(depart) {
 				at += int64(l.SpikeDelay)
 			}
 		}
@@ -209,7 +213,14 @@ func (s *Sim) send(i int, pkt []byte, path uint16) {
 			at += int64(l.ReorderDelay)
 		}
 		s.seq++
-		heap.Push(&s.q, &event{at: at, seq: s.seq, dst: 1 - i, pkt: s.copy(pkt)})
+		var e *event
+		if n := len(s.evs); n > 0 {
+			e, s.evs = s.evs[n-1], s.evs[:n-1]
+		} else {
+			e = new(event)
+		}
+		*e = event{at: at, seq: s.seq, dst: 1 - i, pkt: s.copy(pkt)}
+		heap.Push(&s.q, e)
 		st.Delivered++
 	}
 }
