@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/transport"
+	"github.com/vstellar/vstellar/transport/netlab"
 	"github.com/vstellar/vstellar/transport/udp"
 )
 
@@ -20,8 +21,6 @@ import (
 func TestOverUDPSockets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, b := newPair(t, transport.Config{Tenant: 7, MaxPayload: 1392, RTOMin: time.Millisecond, RTOInit: 2 * time.Millisecond})
-	a.posts, b.posts = 200, 200
 	var socks [2]*udp.Conn
 	for i := range socks {
 		c, err := udp.Listen(ctx, udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Paths: 2})
@@ -31,6 +30,70 @@ func TestOverUDPSockets(t *testing.T) {
 		defer c.Close()
 		socks[i] = c
 	}
+	drive(ctx, t, socks, 200)
+}
+
+// TestOverNamespaces runs the core between two network namespaces joined
+// by a veth with 2% loss each way (transport/netlab): the RDMA semantics
+// hold over a real lossy link.
+func TestOverNamespaces(t *testing.T) {
+	if err := netlab.Available(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI runs as root with namespaces: %v", err)
+		}
+		t.Skipf("network namespaces unavailable: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bed, err := netlab.TwoHost(ctx, netlab.Options{Prefix: "vstr-tp", MTU: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bed.Close()
+	var socks [2]*udp.Conn
+	for i, h := range bed.Hosts() {
+		err := h.Do(func() error {
+			c, err := udp.Listen(ctx, udp.Config{Addr: netip.AddrPortFrom(h.Addr(), 4791), Paths: 2})
+			socks[i] = c
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer socks[i].Close()
+	}
+	// Loss starts after the hosts have found each other (ARP).
+	warm(t, socks)
+	for _, h := range bed.Hosts() {
+		if err := bed.SetLoss(h, 0.02); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drive(ctx, t, socks, 150)
+}
+
+// warm exchanges a datagram each way so neighbours are resolved.
+func warm(t *testing.T, socks [2]*udp.Conn) {
+	t.Helper()
+	for i := range socks {
+		msg := []udp.Message{{Buf: []byte("hi"), N: 2, Addr: socks[1-i].LocalAddr(0)}}
+		if _, err := socks[i].WriteBatch(msg); err != nil {
+			t.Fatal(err)
+		}
+		in := []udp.Message{{Buf: make([]byte, 64)}}
+		socks[1-i].SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := socks[1-i].ReadBatch(in); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// drive runs two connections over the sockets, each posting n random
+// messages, until every message completed, and checks them all.
+func drive(ctx context.Context, t *testing.T, socks [2]*udp.Conn, n int) {
+	t.Helper()
+	a, b := newPair(t, transport.Config{Tenant: 7, MaxPayload: 1392, RTOMin: time.Millisecond, RTOInit: 2 * time.Millisecond})
+	a.posts, b.posts = n, n
 	sides := [2]*side{a, b}
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
