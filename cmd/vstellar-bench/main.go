@@ -22,6 +22,16 @@
 //	vstellar-bench translate [--devices 1,16,256,1024] [--quick] [--json]
 //	    DMA address translation through the eMTT beside the two-level
 //	    path it replaces (MTT, shared ATC, IOMMU page walk) as devices grow.
+//
+//	vstellar-bench wire [--quick] [--json]
+//	    WRITE goodput (64 KiB..4 MiB) and 8-byte WRITE latency through the
+//	    transport between two network namespaces, beside raw batched UDP
+//	    between the same sockets.
+//
+//	vstellar-bench loss [--quick] [--json]
+//	    Transport goodput under random loss (1/16384..1/256) on a 1 Gb/s
+//	    two-namespace link, selective repeat vs go-back-N, as a fraction of
+//	    lossless. Needs root.
 package main
 
 import (
@@ -53,6 +63,8 @@ var suites = []suite{
 	{"startup", "VMM connect to a ready device, pinning all guest memory vs on demand", runStartup},
 	{"regmr", "REG_MR latency on demand vs pinning at registration, and first-touch cost", runRegMR},
 	{"translate", "eMTT translation vs MTT + shared ATC + IOMMU walk as devices grow", runTranslate},
+	{"wire", "transport WRITE goodput and latency between two hosts vs raw batched UDP", runWire},
+	{"loss", "transport goodput under loss, selective repeat vs go-back-N (needs root)", runLoss},
 }
 
 // errUsage marks a suite's error about its flags: exit status 2, as for

@@ -90,3 +90,14 @@ func sizeName(n uint64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
+
+// sizeKey names a size in JSON keys: 16g, 512m, 64k.
+func sizeKey(n uint64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dg", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dm", n>>20)
+	}
+	return fmt.Sprintf("%dk", n>>10)
+}

@@ -430,14 +430,6 @@ func memAvailable() (uint64, error) {
 	return 0, errors.New("/proc/meminfo has no MemAvailable")
 }
 
-// sizeKey names a size in JSON keys: "4g", or "64m" below a GiB.
-func sizeKey(n uint64) string {
-	if n >= 1<<30 && n%(1<<30) == 0 {
-		return fmt.Sprintf("%dg", n>>30)
-	}
-	return fmt.Sprintf("%dm", n>>20)
-}
-
 // gibName names a memory size for tables: "16 GiB", "512 MiB", "1.5 GiB".
 func gibName(n uint64) string {
 	switch {

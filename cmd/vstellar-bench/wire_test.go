@@ -1,0 +1,51 @@
+package main
+
+import (
+	"math"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/vstellar/vstellar/transport/netlab"
+)
+
+// wire --json: the keys the issue names are positive and the ratios are
+// the quotients they claim to be (on namespaces where the machine has
+// them, loopback otherwise).
+func TestWireJSON(t *testing.T) {
+	out, errOut := runTiny(t, "wire", "--json")
+	t.Log(strings.TrimSpace(out))
+	if errOut != "" {
+		t.Errorf("stderr %q, want nothing", errOut)
+	}
+	num := jsonNumbers(t, out)
+	positive(t, num, "transport_gbps", "udp_gbps", "ratio", "lat_8b_p50_us", "udp_lat_p50_us", "lat_ratio", "transport_gbps_1m")
+	if want := num["transport_gbps"] / num["udp_gbps"]; math.Abs(num["ratio"]-want) > 1e-9*want {
+		t.Errorf("ratio %v, want %v", num["ratio"], want)
+	}
+	if want := num["lat_8b_p50_us"] / num["udp_lat_p50_us"]; math.Abs(num["lat_ratio"]-want) > 1e-9*want {
+		t.Errorf("lat_ratio %v, want %v", num["lat_ratio"], want)
+	}
+}
+
+// loss --json needs namespaces (root): the fractions are there and sane.
+func TestLossJSON(t *testing.T) {
+	if err := netlab.Available(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI runs as root: %v", err)
+		}
+		t.Skipf("the loss suite needs network namespaces: %v", err)
+	}
+	out, errOut := runTiny(t, "loss", "--json")
+	t.Log(strings.TrimSpace(out))
+	if errOut != "" {
+		t.Errorf("stderr %q, want nothing", errOut)
+	}
+	num := jsonNumbers(t, out)
+	positive(t, num, "sack_frac_1024", "gbn_frac_1024", "sack_gbps_0", "gbn_gbps_0")
+	for _, k := range []string{"sack_frac_1024", "gbn_frac_1024"} {
+		if num[k] > 1.5 {
+			t.Errorf("%s = %v: a lossy run far faster than the lossless one", k, num[k])
+		}
+	}
+}
