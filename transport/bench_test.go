@@ -48,6 +48,6 @@ func BenchmarkConnWrite(b *testing.B) {
 // discard is a sink that accepts everything and keeps nothing.
 type discard struct{}
 
-func (discard) Begin(*transport.Inbound) (wire.NAK, uint8) { return wire.NAKNone, 0 }
-func (discard) Place(*transport.Inbound, uint64, []byte)   {}
-func (discard) Commit(*transport.Inbound)                  {}
+func (discard) Begin(*transport.Inbound) (wire.NAK, uint8)    { return wire.NAKNone, 0 }
+func (discard) Place(*transport.Inbound, uint64, []byte) bool { return true }
+func (discard) Commit(*transport.Inbound)                     {}

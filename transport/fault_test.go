@@ -212,3 +212,22 @@ func TestForeignPacketsAreDropped(t *testing.T) {
 		t.Fatalf("stats %+v, commits %d", st, b.sink.commits)
 	}
 }
+
+// TestPlacementRevoked: a sink whose target goes away mid-message (its
+// memory removed) refuses the rest: the requester's message fails
+// REMOTE_OP, later ones flush, and it is never committed (only the
+// messages before it are).
+func TestPlacementRevoked(t *testing.T) {
+	a, b := newPair(t, transport.Config{Tenant: 7, MaxPayload: 1024})
+	placed := 0
+	b.sink.revoke = func(m *transport.Inbound) bool {
+		placed++
+		return placed > 3 // the fourth packet finds the memory gone
+	}
+	sim := netsim.New(6, a.ep, b.ep, &netsim.Link{Delay: 5 * time.Microsecond}, &netsim.Link{Delay: 5 * time.Microsecond})
+	a.posts = 5
+	run(t, sim, a, b, []wire.Op{wire.OpWrite}, 8000, time.Second, func(int64) {})
+	if a.statuses[transport.StatusRemoteOp] != 1 || int(b.sink.commits) != a.statuses[transport.StatusOK] || a.statuses[transport.StatusFlushed] == 0 {
+		t.Fatalf("statuses %v, commits %d", a.statuses, b.sink.commits)
+	}
+}

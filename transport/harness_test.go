@@ -82,6 +82,8 @@ type sink struct {
 	failed     bool   // a check failed (reported once)
 	ro         []byte // the read-only region
 	ctr        uint64 // the atomic counter
+	// revoke, if set, says a message's target went away (Place fails).
+	revoke func(m *transport.Inbound) bool
 }
 
 func (s *sink) errorf(format string, args ...any) {
@@ -127,13 +129,17 @@ func (s *sink) target(m *transport.Inbound) []byte {
 	return s.mem[m.RAddr : m.RAddr+uint64(m.Len)]
 }
 
-func (s *sink) Place(m *transport.Inbound, off uint64, b []byte) {
+func (s *sink) Place(m *transport.Inbound, off uint64, b []byte) bool {
+	if s.revoke != nil && s.revoke(m) {
+		return false
+	}
 	dst := s.target(m)
 	if off+uint64(len(b)) > uint64(m.Len) || off+uint64(len(b)) > uint64(len(dst)) {
 		s.errorf("msn %d: placement [%d, +%d) outside %d bytes", m.MSN, off, len(b), m.Len)
-		return
+		return true
 	}
 	copy(dst[off:], b)
+	return true
 }
 
 func (s *sink) Commit(m *transport.Inbound) {

@@ -139,8 +139,10 @@ type Sink interface {
 	// Begin is called again); another NAK refuses it for good.
 	Begin(m *Inbound) (nak wire.NAK, rnrTimer uint8)
 	// Place writes b at offset off of the message: at most once per byte,
-	// in any order.
-	Place(m *Inbound, off uint64, b []byte)
+	// in any order. false means the target went away since Begin (its
+	// memory was removed): the message is refused (REMOTE_OP) and nothing
+	// more of it is placed.
+	Place(m *Inbound, off uint64, b []byte) bool
 	// Commit is called once per accepted message, in message order, when
 	// all of it has been placed. For a READ_REQ it sets m.Response; for an
 	// atomic it performs the operation, exactly once, and sets m.Result.

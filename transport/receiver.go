@@ -159,8 +159,9 @@ func (r *receiver) place(c *Conn, m *inMsg, p *wire.Packet) {
 			req.Dst.WriteAt(p.Payload, uint64(d.Offset))
 		}
 	default:
-		if len(p.Payload) > 0 {
-			c.sink.Place(&m.Inbound, uint64(d.Offset), p.Payload)
+		if len(p.Payload) > 0 && !c.sink.Place(&m.Inbound, uint64(d.Offset), p.Payload) {
+			m.begun, m.refused = false, wire.NAKRemoteOp
+			return
 		}
 	}
 	m.placed += uint64(len(p.Payload))

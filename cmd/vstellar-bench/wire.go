@@ -100,8 +100,11 @@ func (s *placeSink) Begin(m *transport.Inbound) (wire.NAK, uint8) {
 	}
 	return wire.NAKNone, 0
 }
-func (s *placeSink) Place(m *transport.Inbound, off uint64, b []byte) { copy(s.mem[m.RAddr+off:], b) }
-func (s *placeSink) Commit(*transport.Inbound)                        {}
+func (s *placeSink) Place(m *transport.Inbound, off uint64, b []byte) bool {
+	copy(s.mem[m.RAddr+off:], b)
+	return true
+}
+func (s *placeSink) Commit(*transport.Inbound) {}
 
 type bytesSource []byte
 

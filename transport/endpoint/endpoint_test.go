@@ -31,7 +31,10 @@ func (s *memSink) Begin(m *transport.Inbound) (wire.NAK, uint8) {
 	}
 	return wire.NAKNone, 0
 }
-func (s *memSink) Place(m *transport.Inbound, off uint64, b []byte) { copy(s.mem[m.RAddr+off:], b) }
+func (s *memSink) Place(m *transport.Inbound, off uint64, b []byte) bool {
+	copy(s.mem[m.RAddr+off:], b)
+	return true
+}
 func (s *memSink) Commit(*transport.Inbound) {
 	s.mu.Lock()
 	s.commits++
