@@ -24,5 +24,7 @@
 //     unmaps a Mapping must first make sure nobody holds Views into it (the
 //     vhost backend quiesces its rings before it swaps tables).
 //
-// This package and shmregion are the only places that use unsafe.
+// This package and shmregion are the only places that use unsafe on guest
+// memory (docs/architecture.md, "unsafe", lists the system-call
+// boundaries that use it too).
 package guestmem
