@@ -164,6 +164,20 @@ func (r *reader) tryRead(msgs []Message) (int, error) {
 	}
 }
 
+// prepare points receive header i at n bytes from buf and at sockaddr
+// slot i, and returns it for extras (control messages).
+func (r *reader) prepare(i int, buf *byte, n int) *unix.Msghdr {
+	r.iovs[i] = unix.Iovec{Base: buf}
+	r.iovs[i].SetLen(n)
+	r.hdrs[i] = unix.Mmsghdr{}
+	h := &r.hdrs[i].Hdr
+	h.Name = r.sas[i].ptr()
+	h.Namelen = sockaddrSize
+	h.Iov = &r.iovs[i]
+	h.SetIovlen(1)
+	return h
+}
+
 // recv drains up to len(msgs) datagrams from one path without blocking.
 // It returns 0, nil when the socket has nothing.
 func (r *reader) recv(path int, msgs []Message) (int, error) {
@@ -174,15 +188,7 @@ func (r *reader) recv(path int, msgs []Message) (int, error) {
 	for {
 		n := len(msgs)
 		for i := range n {
-			b := msgs[i].Buf
-			r.iovs[i] = unix.Iovec{Base: unsafe.SliceData(b)}
-			r.iovs[i].SetLen(len(b))
-			r.hdrs[i] = unix.Mmsghdr{}
-			h := &r.hdrs[i].Hdr
-			h.Name = r.sas[i].ptr()
-			h.Namelen = sockaddrSize
-			h.Iov = &r.iovs[i]
-			h.SetIovlen(1)
+			r.prepare(i, unsafe.SliceData(msgs[i].Buf), len(msgs[i].Buf))
 		}
 		got, err := recvmmsg(fd, r.hdrs[:n])
 		clear(r.iovs[:n]) // keep no reference to the caller's buffers
@@ -223,14 +229,7 @@ func (r *reader) recvGRO(path int, msgs []Message) (int, error) {
 	n := min(len(msgs), groBuffers)
 	for {
 		for i := range n {
-			r.iovs[i] = unix.Iovec{Base: &r.gbuf[i*groBufSize]}
-			r.iovs[i].SetLen(groBufSize)
-			r.hdrs[i] = unix.Mmsghdr{}
-			h := &r.hdrs[i].Hdr
-			h.Name = r.sas[i].ptr()
-			h.Namelen = sockaddrSize
-			h.Iov = &r.iovs[i]
-			h.SetIovlen(1)
+			h := r.prepare(i, &r.gbuf[i*groBufSize], groBufSize)
 			h.Control = &r.oob[i*groCmsgSpace]
 			h.SetControllen(groCmsgSpace)
 		}
