@@ -95,7 +95,6 @@ type Chunk struct {
 	area   *Area
 	idx    uint64  // slot in area
 	gen    uint64  // generation it was pinned in
-	gpa    uint64  // first guest physical byte
 	size   uint64  // bytes pinned (2 MiB except at edges and around IO)
 	pieces []piece // what was pinned: the chunk minus IO pages
 	pos    int     // index in the pool's LRU list (guarded by Pool.mu)

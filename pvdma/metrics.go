@@ -56,11 +56,12 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	return BucketBound(latencyBuckets - 1)
 }
 
-// counters is the live, atomic form of Stats.
+// counters is the live, atomic form of Stats (but PinnedBytes, which
+// Pool.mu guards as the budgets are charged).
 type counters struct {
-	pinned, pins, unpins, failures, evictions, hits, misses atomic.Uint64
-	lat                                                     [latencyBuckets]atomic.Uint64
-	latSum, latCount                                        atomic.Uint64
+	pins, unpins, failures, evictions, hits, misses atomic.Uint64
+	lat                                             [latencyBuckets]atomic.Uint64
+	latSum, latCount                                atomic.Uint64
 }
 
 func (c *counters) observePin(d time.Duration) {
@@ -75,7 +76,6 @@ func (c *counters) observePin(d time.Duration) {
 
 func (c *counters) snapshot() Stats {
 	s := Stats{
-		PinnedBytes: c.pinned.Load(),
 		Pins:        c.pins.Load(),
 		Unpins:      c.unpins.Load(),
 		PinFailures: c.failures.Load(),

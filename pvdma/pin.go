@@ -34,7 +34,7 @@ func (c *Cache) pin(a *Area, i uint64) (uint64, error) {
 		}
 	}
 	gpa, n := a.chunkRange(i)
-	ch := &Chunk{area: a, idx: i, gen: gen(v), gpa: gpa}
+	ch := &Chunk{area: a, idx: i, gen: gen(v)}
 	var err error
 	if ch.pieces, ch.size, err = c.piecesLocked(a, gpa, n); err != nil {
 		c.st.failures.Add(1)
