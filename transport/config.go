@@ -135,4 +135,7 @@ var (
 	ErrMessage = errors.New("transport: bad message")
 	ErrClosed  = errors.New("transport: connection in error")
 	ErrFull    = errors.New("transport: too many messages outstanding")
+	// ErrForeign and ErrInvalid are wrapped by Handle's errors.
+	ErrForeign = errors.New("transport: packet of another tenant or connection")
+	ErrInvalid = errors.New("transport: packet contradicts the connection")
 )

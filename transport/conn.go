@@ -95,12 +95,6 @@ func (c *Conn) Handle(now int64, p *wire.Packet) error {
 	return fmt.Errorf("packet type %v: %w", p.Type, ErrInvalid)
 }
 
-// ErrForeign and ErrInvalid are wrapped by Handle's errors.
-var (
-	ErrForeign = fmt.Errorf("transport: packet of another tenant or connection")
-	ErrInvalid = fmt.Errorf("transport: packet contradicts the connection")
-)
-
 // Transmit writes the next packet to send into buf (which must hold
 // wire.HeaderLen + wire.AckLen, or a full data packet) and returns it and
 // its path; ok is false when there is nothing to send now. Acknowledgements
@@ -133,9 +127,9 @@ func (c *Conn) HandleTimeout(now int64) {
 	}
 }
 
-// complete records a message's completion.
+// complete records a message's completion (with an atomic's result).
 func (c *Conn) complete(m *outMsg, st Status) {
-	c.comps = append(c.comps, Completion{Token: m.Token, MSN: m.msn, Status: st})
+	c.comps = append(c.comps, Completion{Token: m.Token, MSN: m.msn, Status: st, Value: m.value})
 }
 
 // fail ends the connection: the oldest incomplete message completes with

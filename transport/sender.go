@@ -353,7 +353,7 @@ func (s *sender) completeCommitted(c *Conn, now int64, committed uint32) {
 			break
 		}
 		if !m.internal {
-			c.comps = append(c.comps, Completion{Token: m.Token, MSN: m.msn, Status: StatusOK, Value: m.value})
+			c.complete(m, StatusOK)
 		}
 		s.msnUna++
 	}
