@@ -172,7 +172,9 @@ func PingPong(ctx context.Context, a, b *Conn, n, size int) (LatencyResult, erro
 	})
 	defer stop()
 
-	rtts := make([]time.Duration, 0, n)
+	// Grown as replies come: a long run cut short by ctx must not have
+	// allocated room for all n up front.
+	rtts := make([]time.Duration, 0, min(n, 1<<16))
 	ping := []Message{{Buf: make([]byte, size), N: size, Addr: dst}}
 	pong := []Message{{Buf: make([]byte, size)}}
 	var perr error
