@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/pvdma"
@@ -44,6 +45,9 @@ type Shared struct {
 	// Pins is the host's pinned-memory pool: every device's DMA pins
 	// count against its budget.
 	Pins *pvdma.Pool
+	// GIDPrefix is the host's GID prefix on the cross-host fabric (the
+	// zero Prefix without one: link-local GIDs).
+	GIDPrefix netip.Prefix
 }
 
 // DeviceFactory builds the device model and its Backend for spec. spec

@@ -69,12 +69,19 @@ type Config struct {
 	// under it. 0 means no bound when running as root (CAP_IPC_LOCK) and
 	// RLIMIT_MEMLOCK otherwise.
 	PinBudget uint64 `json:"pin_budget_bytes"`
+	// Fabric, if set, joins the devices to those of other hosts (see
+	// FabricSpec). Without it they reach only each other.
+	Fabric *FabricSpec `json:"fabric,omitempty"`
 	// Devices are created when Run starts.
 	Devices []DeviceSpec `json:"devices"`
 
 	// Factory builds a device model and its vhost-user back-end. It is
 	// injected by the program, never read from the file. Required.
 	Factory DeviceFactory `json:"-"`
+	// ListenIn, if set, runs open (which opens the fabric's UDP socket)
+	// where the socket should live, such as a network namespace (tests
+	// and the demo run each host in one). Nil runs it in place.
+	ListenIn func(open func() error) error `json:"-"`
 }
 
 // DeviceSpec describes a device to create.
@@ -88,6 +95,9 @@ type DeviceSpec struct {
 	// Pin says how the device pins guest memory for DMA. Absent means on
 	// demand with no budget of its own.
 	Pin *PinSpec `json:"pin,omitempty"`
+	// Tenant is the tenant the device's VM belongs to: over the
+	// cross-host fabric its QPs connect only to QPs of the same tenant.
+	Tenant uint32 `json:"tenant,omitempty"`
 }
 
 // PinSpec is a device's pinning policy.
@@ -225,6 +235,11 @@ func (c Config) Validate() error {
 	}
 	if d := time.Duration(c.ShutdownTimeout); d <= 0 || d > maxShutdownTimeout {
 		return fmt.Errorf("%w: shutdown_timeout %v is out of range (0, %v]", ErrInvalid, d, maxShutdownTimeout)
+	}
+	if c.Fabric != nil {
+		if err := c.Fabric.validate(); err != nil {
+			return err
+		}
 	}
 	seen := make(map[string]bool, len(c.Devices))
 	for i, d := range c.Devices {

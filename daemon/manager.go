@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/pvdma"
 )
 
@@ -33,6 +34,10 @@ type Manager struct {
 	ops           sync.WaitGroup // in-flight creates and destroys
 	dirPrepared   bool
 	createdRunDir bool
+	// remote is the cross-host fabric once started (startFabric), and
+	// remoteStop stops it.
+	remote     *remote.Fabric
+	remoteStop func() error
 }
 
 type entryState int
@@ -124,6 +129,9 @@ func (m *Manager) CreateDevice(ctx context.Context, spec DeviceSpec) (DeviceInfo
 		return DeviceInfo{}, err
 	}
 	if err := m.prepareRunDir(); err != nil {
+		return DeviceInfo{}, err
+	}
+	if err := m.startFabric(); err != nil {
 		return DeviceInfo{}, err
 	}
 	name := spec.Name
@@ -288,6 +296,8 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	}
 	createdRunDir := m.createdRunDir
 	m.createdRunDir = false
+	stopFabric := m.remoteStop
+	m.remoteStop = nil
 	m.mu.Unlock()
 
 	errs := make([]error, len(devs))
@@ -296,6 +306,12 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		wg.Go(func() { errs[i] = d.destroy(ctx) })
 	}
 	wg.Wait()
+	if stopFabric != nil {
+		// After the devices: their QPs' connections are gone by now.
+		if err := stopFabric(); err != nil {
+			errs = append(errs, fmt.Errorf("fabric: %w", err))
+		}
+	}
 	failed := 0
 	for _, err := range errs {
 		if err != nil {

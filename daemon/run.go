@@ -44,6 +44,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := m.prepareRunDir(); err != nil {
 		return err
 	}
+	if err := m.startFabric(); err != nil {
+		shutdown()
+		return err
+	}
 	ln, sock, err := listenSocket(m.APISocket(), 0o600)
 	if err != nil {
 		shutdown() // removes the run dir if we created it

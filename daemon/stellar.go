@@ -25,7 +25,8 @@ func StellarDevice(_ context.Context, spec DeviceSpec, shared Shared, log *slog.
 	if err != nil {
 		return Instance{}, err
 	}
-	cfg := stellardev.Config{Name: spec.Name, Limits: limits, Fabric: shared.Fabric, Pins: shared.Pins, PinMode: mode}
+	cfg := stellardev.Config{Name: spec.Name, Limits: limits, Fabric: shared.Fabric, Pins: shared.Pins, PinMode: mode,
+		GIDPrefix: shared.GIDPrefix, Tenant: spec.Tenant}
 	if spec.Pin != nil {
 		cfg.PinBudget = spec.Pin.Budget
 	}

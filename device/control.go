@@ -208,8 +208,11 @@ func mttError(err error) error {
 
 // fabricError gives a fabric registration error its status.
 func fabricError(err error) error {
-	if errors.Is(err, fabric.ErrGIDInUse) {
+	switch {
+	case errors.Is(err, fabric.ErrGIDInUse):
 		return fmt.Errorf("%w: %w", err, abi.StatusBusy)
+	case errors.Is(err, fabric.ErrGIDReserved):
+		return fmt.Errorf("%w: %w", err, abi.StatusPermission)
 	}
 	return err
 }

@@ -1,11 +1,13 @@
 package device
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -41,6 +43,14 @@ type Config struct {
 	// PinBudget bounds what this device pins on demand (0: only the
 	// pool's limit).
 	PinBudget uint64
+	// GIDPrefix is the host's GID prefix, a /64 of IPv6: GID index 0 is
+	// the prefix followed by the node GUID, so other hosts can route to
+	// the device by prefix. The zero Prefix is fe80::/64, link-local,
+	// which reaches only the devices of this host.
+	GIDPrefix netip.Prefix
+	// Tenant is the device's tenant on the cross-host fabric: QPs connect
+	// only to QPs of the same tenant.
+	Tenant uint32
 }
 
 // maxNameLen keeps the memfd name ("vstellar:" + name + "-doorbells")
@@ -72,8 +82,11 @@ type Device struct {
 	limits abi.Limits
 	guid   uint64
 	gid0   abi.GID
-	db     *shmregion.Region
-	layout abi.DoorbellLayout
+	// gidPrefix is the host's /64 (Config.GIDPrefix): its GIDs are the
+	// devices' own, like link-local ones.
+	gidPrefix netip.Prefix
+	db        *shmregion.Region
+	layout    abi.DoorbellLayout
 	// attr is the QUERY_DEVICE response payload; fixed at New.
 	attr []byte
 
@@ -133,6 +146,9 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 	if cfg.Name == "" || len(cfg.Name) > maxNameLen {
 		return nil, fmt.Errorf("device: name %q must be 1..%d bytes", cfg.Name, maxNameLen)
 	}
+	if p := cfg.GIDPrefix; p.IsValid() && (!p.Addr().Is6() || p.Addr().Is4In6() || p.Bits() != 64 || p.Masked() != p) {
+		return nil, fmt.Errorf("device %q: GID prefix %v is not an IPv6 /64 prefix", cfg.Name, p)
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -169,7 +185,8 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 		pins:   pins,
 		mtt:    emtt.New(limits.MaxMR, pins),
 	}
-	d.gid0 = deviceGID(d.guid)
+	d.gidPrefix = cmp.Or(cfg.GIDPrefix, linkLocalPrefix)
+	d.gid0 = deviceGID(d.gidPrefix, d.guid)
 	d.eng = engine.New(engine.Config{
 		Name:      cfg.Name,
 		Log:       d.log,
@@ -177,6 +194,7 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 		MTT:       d.mtt,
 		Fabric:    fab,
 		GID:       d.gid0,
+		Tenant:    cfg.Tenant,
 		SourceGID: d.sourceGID,
 		Events:    d.postEvent,
 	})
@@ -194,14 +212,18 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 	return d, nil
 }
 
-// deviceGID is GID index 0: the link-local prefix fe80::/64 followed by
-// the node GUID, big-endian (the modified EUI-64 interface identifier).
-func deviceGID(guid uint64) abi.GID {
-	var g abi.GID
-	g[0], g[1] = 0xfe, 0x80
+// deviceGID is GID index 0: the host's /64 prefix (link-local fe80::
+// by default) followed by the node GUID, big-endian (the modified EUI-64
+// interface identifier).
+func deviceGID(prefix netip.Prefix, guid uint64) abi.GID {
+	g := abi.GID(prefix.Addr().As16())
 	binary.BigEndian.PutUint64(g[8:], guid)
 	return g
 }
+
+// linkLocalPrefix is the GID prefix of a host without a cross-host
+// fabric.
+var linkLocalPrefix = netip.MustParsePrefix("fe80::/64")
 
 // nodeGUID derives a stable EUI-64 from the device name: FNV-1a, with the
 // locally-administered bit set and the group bit clear, so it can never

@@ -1,6 +1,10 @@
 package device
 
-import "github.com/vstellar/vstellar/virtio/abi"
+import (
+	"net/netip"
+
+	"github.com/vstellar/vstellar/virtio/abi"
+)
 
 // The GID table of port 1. Index 0 is the device's own GID (derived from
 // the node GUID, registered on the fabric from New to Close, read-only to
@@ -9,7 +13,8 @@ import "github.com/vstellar/vstellar/virtio/abi"
 // registered on the fabric, so requests addressed to it reach this
 // device's engine; a GID another device holds cannot be added.
 //
-// Link-local GIDs (fe80::/10) are the devices' own: every device's index
+// Link-local GIDs (fe80::/10), and those in the host's GID prefix
+// (Config.GIDPrefix), are the devices' own: every device's index
 // 0 is one, and it is predictable from the device's name. A guest that
 // could add one could take another device's GID before that device is
 // created (so its creation fails) or while it is away, and receive what
@@ -60,6 +65,8 @@ func (d *Device) addGID(c *cmd, payload []byte) ([]byte, error) {
 		return nil, fail(abi.StatusInvalidArgument, "the zero GID")
 	case linkLocal(r.GID):
 		return nil, fail(abi.StatusPermission, "GID %x is link-local: those are the devices' own", r.GID[:])
+	case d.gidPrefix.Contains(netip.AddrFrom16(r.GID)):
+		return nil, fail(abi.StatusPermission, "GID %x is in the host's prefix %v: those are the devices' own", r.GID[:], d.gidPrefix)
 	case d.o.gids[r.Index].typ != abi.GIDTypeNone:
 		return nil, fail(abi.StatusBusy, "GID index %d is in use", r.Index)
 	}

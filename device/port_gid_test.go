@@ -3,6 +3,8 @@ package device
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"testing"
@@ -178,7 +180,7 @@ func TestLinkLocalGIDsAreTheDevices(t *testing.T) {
 	a := newDevice(t, Config{Name: "squatter", Fabric: fab})
 	b := newDevice(t, Config{Name: "victim", Fabric: fab})
 	ga := startVM(t, a, vmOpts{})
-	later := deviceGID(nodeGUID("not-yet-created"))
+	later := deviceGID(linkLocalPrefix, nodeGUID("not-yet-created"))
 	for _, gid := range []abi.GID{
 		b.GID(), later,
 		{0xfe, 0x80, 15: 1},             // fe80::1
@@ -203,5 +205,43 @@ func TestLinkLocalGIDsAreTheDevices(t *testing.T) {
 		{10: 0xff, 11: 0xff, 12: 10, 15: 1}, // ::ffff:10.0.0.1
 	} {
 		ga.must(abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: uint32(i + 1), GID: gid}, nil)
+	}
+}
+
+// reservingFabric is a fabric.Local that, like the cross-host fabric,
+// refuses GIDs of another host's prefix.
+type reservingFabric struct {
+	*fabric.Local
+	other netip.Prefix
+}
+
+func (f reservingFabric) Register(gid abi.GID, r fabric.Responder) (func(), error) {
+	if f.other.Contains(netip.AddrFrom16(gid)) {
+		return nil, fmt.Errorf("gid %x: %w", gid[:], fabric.ErrGIDReserved)
+	}
+	return f.Local.Register(gid, r)
+}
+
+// TestHostGIDPrefix: with a host prefix, GID index 0 is the prefix and
+// the GUID, so other hosts route to it; the prefix is the devices' own,
+// as fe80:: is; a GID another host owns cannot be added; a prefix that
+// is not an IPv6 /64 is refused.
+func TestHostGIDPrefix(t *testing.T) {
+	host := netip.MustParsePrefix("fd00:0:0:1::/64")
+	fab := reservingFabric{Local: fabric.NewLocal(), other: netip.MustParsePrefix("fd00:0:0:2::/64")}
+	a := newDevice(t, Config{Name: "a", Fabric: fab, GIDPrefix: host})
+	g := a.GID()
+	if !host.Contains(netip.AddrFrom16(g)) || binary.BigEndian.Uint64(g[8:]) != a.NodeGUID() {
+		t.Fatalf("GID %x: want %v + GUID %x", g[:], host, a.NodeGUID())
+	}
+	ga := startVM(t, a, vmOpts{})
+	ga.want(abi.StatusPermission, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: abi.GID(netip.MustParseAddr("fd00:0:0:1::7").As16())})
+	ga.want(abi.StatusPermission, abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: abi.GID(netip.MustParseAddr("fd00:0:0:2::7").As16())})
+	ga.must(abi.OpAddGID, &abi.AddGIDReq{Port: 1, Index: 1, GID: abi.GID(netip.MustParseAddr("fd00:0:0:3::7").As16())}, nil)
+	for _, p := range []string{"10.0.0.0/8", "fd00::/48", "fd00:0:0:1::/96", "fd00::1/64", "::ffff:0:0/96"} {
+		if d, err := New(Config{Name: "bad", GIDPrefix: netip.MustParsePrefix(p)}, quietLog()); err == nil {
+			d.Close()
+			t.Fatalf("GID prefix %s accepted", p)
+		}
 	}
 }

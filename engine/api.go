@@ -24,6 +24,9 @@ type Config struct {
 	Fabric fabric.Fabric
 	// GID is the device's GID at index 0.
 	GID abi.GID
+	// Tenant is the device's tenant, handed to a fabric.Connector with
+	// every connection (both ends of a connection must agree on it).
+	Tenant uint32
 	// SourceGID returns the GID at index of the device's GID table, which
 	// a QP's address vector names (sgid_index) as the source of its
 	// requests. It is called for every request, so it must be cheap and
@@ -78,7 +81,7 @@ type Stats struct {
 	BadWQEs, CQOverflows     uint64
 }
 
-var _ fabric.Responder = (*Engine)(nil)
+var _ fabric.StreamResponder = (*Engine)(nil)
 
 // The methods below return errors that wrap an abi.Status (so that
 // abi.StatusFor gives the status the control path answers with):
@@ -182,6 +185,14 @@ func (e *Engine) DestroyQP(qpn uint32) error { return e.destroyQP(qpn) }
 
 // Respond implements fabric.Responder (see responder.go).
 func (e *Engine) Respond(req *fabric.Request) fabric.Outcome { return e.respond(req) }
+
+// Begin implements fabric.StreamResponder (see stream.go): it checks a
+// request whose payload arrives later, in pieces, and returns the
+// Incoming that places it. It and the Incoming's methods wait for a
+// control change holding the gate, so call them only from a fabric's I/O
+// loop goroutine, which the engine never waits for while it holds the
+// gate.
+func (e *Engine) Begin(req *fabric.Request) (fabric.Incoming, fabric.Outcome) { return e.begin(req) }
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() Stats { return e.stats() }

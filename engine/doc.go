@@ -7,7 +7,8 @@
 //
 // Threading: one goroutine per started engine runs the requester side;
 // responders run on whatever goroutine the fabric calls them from (with
-// fabric.Local, the requesting engine's goroutine). The control path
+// fabric.Local, the requesting engine's goroutine; with a streaming
+// fabric, its I/O loop). The control path
 // (package device) changes QPs and CQs through the methods of Engine,
 // which hand the change to the engine race-free and return once it is in
 // force (after DestroyQP returns, no goroutine touches that QP's rings
@@ -21,13 +22,42 @@
 // RESET of a QP) take the gate exclusively, once no request of theirs is
 // in flight; creations publish through atomic pointers and QP attributes
 // are immutable snapshots, so setup never stalls running traffic.
-// Freedom from deadlock rests on two rules: a responder only tries the
+// Freedom from deadlock rests on three rules: Respond only tries the
 // gate (and answers fabric.OutcomeBusy when a control change holds or
 // waits for it), since it runs on another device's goroutine, or on our
 // own for a loopback request, and blocking there could deadlock two
-// devices or one device with itself; and nothing inside a pass blocks on
-// the gate shared a second time (a reader that blocks behind a waiting
-// writer while it already holds the lock deadlocks with that writer).
+// devices or one device with itself; nothing inside a pass blocks on the
+// gate shared a second time (a reader that blocks behind a waiting
+// writer while it already holds the lock deadlocks with that writer);
+// and the streaming responder's methods (Begin and those of its
+// Incoming), which do wait for the gate, are called only from a fabric's
+// I/O loop goroutine, which nothing holding the gate ever waits for (a
+// fabric's Post only queues and wakes its loop; Connect and Disconnect
+// are called with mu held but never the gate).
+//
+// Streaming responder: a fabric whose requests arrive in packets (the
+// cross-host transport) calls Begin, which checks a request as Respond
+// would (QP state, peer, access, rkey, range; for SEND, SEND_IMM and
+// WRITE_IMM the receive WQE req.RecvAhead past the next unconsumed one,
+// or RNR) and translates and pins its target without any effect, then
+// the Incoming's Place for every piece (straight into guest memory),
+// Commit once, in order (the receive WQE, which must be next by then, is
+// consumed and its CQE written; an atomic is performed), ReadAt for a
+// READ's response, and Release. Between steps the engine holds nothing:
+// each step checks that guest memory was not changed (a memory
+// generation, bumped by Start, Stop, SetMemory and Reset) and the QP not
+// reset or destroyed (a per-QP generation), and refuses otherwise, so a
+// late piece never lands in memory that went away. Incomings are reused
+// from a free list (no allocation per message), except READs, whose
+// ReadAt outlives Release.
+//
+// Connections: if the fabric is a fabric.Connector, MODIFY_QP makes the
+// QP's connection when it enters RTR (receive side) and updates it when
+// it enters RTS (retry limits) or a connection attribute changes; a
+// refusal fails the MODIFY_QP, which changes nothing. RESET, DestroyQP and
+// Reset end it (Disconnect) before they wait for the QP's requests, so a
+// dead peer cannot hold them for the retry limit; the requests flushed
+// that way are dropped with the queues, without completions.
 //
 // Requester: stop and wait, one request per QP in flight. The head WQE is
 // copied out of the ring, decoded, its SGEs translated (again on every
@@ -40,7 +70,10 @@
 // costs next to nothing); OutcomeRetry and OutcomeUnreachable retry after
 // the QP's timeout up to retry_cnt; OutcomeBusy retries after 20 µs and
 // counts as one retry only when it lasts a whole timeout. Every other failure completes the WQE
-// with the matching IB status.
+// with the matching IB status; a fabric that retries by itself reports
+// only the end: RETRY_EXC_ERR, RNR_RETRY_EXC_ERR, WR_FLUSH_ERR (its
+// connection failed) or LOC_PROT_ERR (our memory went away under the
+// transfer).
 //
 // Errors: any error completion moves the QP to ERR; the engine then
 // flushes every outstanding and newly posted WQE of both queues with

@@ -23,7 +23,10 @@ import (
 // than wait, because a responder runs on another device's goroutine, or
 // on our own for a loopback request, and must never block on us), and the
 // control path takes it exclusively for those changes (lockQuiet, with
-// no request in flight). That responders only try the gate, and that
+// no request in flight). The streaming responder (Begin and its
+// Incoming) does block on it shared, one step at a time: it is called
+// only from a fabric's I/O loop, which nothing holding the gate waits
+// for. That responders only try the gate, and that
 // nothing inside a pass read-locks it a second time, is what keeps a
 // waiting writer from deadlocking with a reader. Creating objects and
 // most QP modifications do not need it: objects are published through
@@ -54,6 +57,10 @@ type Engine struct {
 	db      guestmem.View // the whole doorbell region
 	page    guestmem.View // its device page
 	layout  abi.DoorbellLayout
+	// memGen counts the changes after which views of guest memory taken
+	// earlier may be dead (start, stop, SetMemory, Reset): a streamed
+	// request (stream.go) checks it between its steps.
+	memGen uint64
 
 	stopCh chan struct{}
 	done   chan struct{}
@@ -71,6 +78,11 @@ type Engine struct {
 	// holds the gate with nothing in flight.
 	beforeStateCAS func(qpn uint32)
 	quiet          func()
+
+	// inFree is the free list of streamed requests (stream.go), so that
+	// steady traffic allocates none.
+	inMu   sync.Mutex
+	inFree []*incoming
 
 	st stats
 }

@@ -66,6 +66,7 @@ func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.
 // unbindRegion forgets the doorbell region and every record in it.
 // Caller holds gate exclusively.
 func (e *Engine) unbindRegion() {
+	e.memGen++
 	e.db, e.page = guestmem.View{}, guestmem.View{}
 	e.forEachCQ(func(c *cq) { c.rec, c.recOK = guestmem.View{}, false })
 	for _, q := range *e.live.Load() {
@@ -114,6 +115,7 @@ func (e *Engine) setMemory(mem *guestmem.Table) error {
 // Caller holds mu and gate exclusively, so no view from the old table is
 // in use and none survives.
 func (e *Engine) rebindMemory(mem *guestmem.Table) {
+	e.memGen++ // streamed requests hold views of the old table
 	e.mem = mem
 	if e.cfg.MTT != nil {
 		if n := e.cfg.MTT.Rebind(mem); n > 0 {
@@ -159,8 +161,14 @@ func (e *Engine) repinRing(h *pvdma.Hold, what string, gpa, size uint64) {
 func (e *Engine) reset() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.lockQuiet(nil)
 	old := *e.live.Load()
+	e.disconnect(old)
+	e.lockQuiet(nil)
+	e.memGen++
+	for _, q := range old {
+		q.gen++
+		q.dropIncomings()
+	}
 	e.forEachCQ(func(c *cq) { c.ringPins.Release() })
 	for i := range e.qps {
 		e.qps[i].Store(nil)

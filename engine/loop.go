@@ -190,7 +190,7 @@ func (e *Engine) memoryFaulted(why string) {
 func (e *Engine) pass() (work bool, deadline int64) {
 	var now int64 // read lazily: most passes need no clock
 	for _, q := range *e.live.Load() {
-		if !q.recOK || !q.ringsOK {
+		if !q.recOK || !q.ringsOK || q.closing.Load() {
 			continue
 		}
 		switch q.getState() {

@@ -75,6 +75,22 @@ type qp struct {
 	tviews []guestmem.View // responder-side MR views
 	// rspHold holds the pins of the request being responded to (rmu).
 	rspHold pvdma.Hold
+	// open lists the streamed requests begun on this QP and not yet
+	// released (rmu, or the gate held exclusively), so that a reset or
+	// destroy can drop their pins.
+	open *incoming
+
+	// gen is bumped, with the gate held exclusively, when the QP is reset
+	// or destroyed: its streamed requests check it (stream.go).
+	gen uint64
+	// closing is set while the control path resets or destroys the QP:
+	// passes leave it alone, so that the requests Disconnect flushes do
+	// not turn into error completions and events for a QP on its way out.
+	closing atomic.Bool
+	// conn is the connection last made with the fabric's Connector, if
+	// connected (mu).
+	conn      fabric.Connection
+	connected bool
 }
 
 // Complete implements fabric.Completer. It may run on any goroutine,
@@ -339,6 +355,17 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 	na := *prev
 	applyAttrs(&na, mask, a)
 	na.State, na.CurState = 0, 0
+	// A fabric with connections learns of the peer before the QP serves
+	// it; if it refuses, nothing has changed yet.
+	conn, connect, err := e.connection(q, cur, next, mask, &na)
+	if err != nil {
+		return err
+	}
+	if connect {
+		if err := e.connect(conn); err != nil {
+			return err
+		}
+	}
 	q.attr.Store(&na)
 	notify := next == abi.QPStateSQD && mask&abi.QPAttrEnSQDAsyncNotif != 0 && cur != abi.QPStateSQD
 	if notify {
@@ -359,7 +386,13 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 		if notify {
 			q.sqdNotify.Store(false)
 		}
+		if connect {
+			e.unconnect(q, conn)
+		}
 		return statusErr(abi.StatusBadState, "qp %d: moved to %v meanwhile", qpn, now)
+	}
+	if connect {
+		e.setConnection(q, conn)
 	}
 	e.kick()
 	return nil
@@ -370,6 +403,7 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 // producer counters at 0 as well), attributes cleared. It takes the gate
 // exclusively because it rewrites requester and responder state.
 func (e *Engine) resetQP(q *qp) {
+	e.disconnect([]*qp{q})
 	e.lockQuiet(q)
 	defer e.gate.Unlock()
 	q.rmu.Lock()
@@ -378,7 +412,17 @@ func (e *Engine) resetQP(q *qp) {
 	q.sqCons, q.rqCons, q.waitUntil = 0, 0, 0
 	q.setHead(false)
 	q.sqdNotify.Store(false)
+	// An outcome no pass picked up yet (an asynchronous fabric completed
+	// the head after the QP stopped being served) belongs to a WQE that
+	// no longer exists: drop it with its pins, or the QP would retire it
+	// once it is back in RTS.
+	q.inflight.Store(false)
+	q.outcome.Store(0)
+	q.hold.Release()
+	q.gen++ // its streamed requests are void
+	q.dropIncomings()
 	q.rmu.Unlock()
+	q.closing.Store(false)
 	q.started = false // zeroed when next bound, unless zeroed right here
 	if e.running && q.recOK && !e.broken.Load() {
 		err := touchGuest(fmt.Sprintf("qp %d: reset doorbell record", q.qpn), func() { zeroRecord(q.rec) })
@@ -437,9 +481,12 @@ func (e *Engine) destroyQP(qpn uint32) error {
 	if q == nil {
 		return statusErr(abi.StatusNotFound, "qp %d", qpn)
 	}
+	e.disconnect([]*qp{q})
 	e.lockQuiet(q)
 	e.qps[qpn-2].Store(nil)
 	e.publishLive()
+	q.gen++
+	q.dropIncomings()
 	e.gate.Unlock()
 	// Past the gate no pass and no responder holds q any more.
 	q.scq.refs--

@@ -263,6 +263,19 @@ func (e *Engine) finish(q *qp, o fabric.Outcome) {
 		e.retire(q, abi.WCRemInvReqErr, 0)
 	case fabric.OutcomeRemoteOp:
 		e.retire(q, abi.WCRemOpErr, 0)
+	// A fabric that retries on our behalf reports only the end: count it
+	// as one retry (or RNR NAK), since at least one happened.
+	case fabric.OutcomeRetryExceeded:
+		e.st.retries.Add(1)
+		e.retire(q, abi.WCRetryExcErr, 0)
+	case fabric.OutcomeRNRExceeded:
+		e.st.rnrNaks.Add(1)
+		e.retire(q, abi.WCRNRRetryExcErr, 0)
+	case fabric.OutcomeFlushed:
+		e.retire(q, abi.WCWRFlushErr, 0)
+	case fabric.OutcomeLocalError:
+		// Our own memory behind the request went away mid-transfer.
+		e.retire(q, abi.WCLocProtErr, 0)
 	default:
 		e.retire(q, abi.WCBadRespErr, 0)
 	}

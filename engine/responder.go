@@ -143,7 +143,7 @@ func (e *Engine) respWrite(q *qp, a *abi.QPAttr, req *fabric.Request, imm bool) 
 	}
 	if imm {
 		e.completeRecv(q, &abi.CQE{WRID: rw.WRID, Opcode: abi.WCRecvRDMAWithImm, Flags: abi.WCWithImm,
-			ByteLen: uint32(req.Len), Imm: req.Imm}, req)
+			ByteLen: uint32(req.Len), Imm: req.Imm}, req.Src.QPN, req.Solicited)
 	}
 	return fabric.OutcomeOK
 }
@@ -172,7 +172,7 @@ func (e *Engine) respSend(q *qp, req *fabric.Request) fabric.Outcome {
 	if req.Op == fabric.OpSendImm {
 		cqe.Flags, cqe.Imm = abi.WCWithImm, req.Imm
 	}
-	e.completeRecv(q, &cqe, req)
+	e.completeRecv(q, &cqe, req.Src.QPN, req.Solicited)
 	return fabric.OutcomeOK
 }
 
@@ -199,11 +199,11 @@ func (e *Engine) takeRecv(q *qp) (abi.RecvWQE, fabric.Outcome, bool) {
 	return rw, fabric.OutcomeOK, true
 }
 
-// completeRecv consumes the receive WQE at rq_cons with a successful CQE.
-// Caller holds rmu.
-func (e *Engine) completeRecv(q *qp, cqe *abi.CQE, req *fabric.Request) {
-	cqe.QPN, cqe.SrcQP = q.qpn, req.Src.QPN
-	e.push(q, q.rcq, cqe, req.Solicited)
+// completeRecv consumes the receive WQE at rq_cons with a successful CQE
+// for a request from srcQPN. Caller holds rmu.
+func (e *Engine) completeRecv(q *qp, cqe *abi.CQE, srcQPN uint32, solicited bool) {
+	cqe.QPN, cqe.SrcQP = q.qpn, srcQPN
+	e.push(q, q.rcq, cqe, solicited)
 	q.rqCons++
 	q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
 }

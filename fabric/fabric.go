@@ -78,6 +78,12 @@ type Request struct {
 	// leaves the delay to the requester.
 	RNRTimer    uint8
 	HasRNRTimer bool
+
+	// RecvAhead is for a request taken by StreamResponder.Begin: how many
+	// receive-consuming requests (SEND, SEND_IMM, WRITE_IMM) of its
+	// connection come before it and are not committed yet, so its receive
+	// WQE is that many past the next unconsumed one.
+	RecvAhead uint32
 }
 
 // Outcome is how a request ended.
@@ -108,9 +114,26 @@ const (
 	// path). The requester retries soon; busy answers cost nothing of
 	// retry_cnt unless they go on for a whole ACK timeout.
 	OutcomeBusy
+
+	// The outcomes of a fabric that retries on the requester's behalf
+	// (the cross-host transport, which knows the QP's retry_cnt and
+	// rnr_retry from Connect): they are final.
+
+	// OutcomeRetryExceeded: the peer did not answer within the retry
+	// limit (IB RETRY_EXC_ERR).
+	OutcomeRetryExceeded
+	// OutcomeRNRExceeded: the peer was not ready rnr_retry times.
+	OutcomeRNRExceeded
+	// OutcomeFlushed: the QP's connection failed or was closed before
+	// the request completed.
+	OutcomeFlushed
+	// OutcomeLocalError: the requester's own memory behind the request
+	// could no longer be read or written.
+	OutcomeLocalError
 )
 
-var outcomeNames = [...]string{"OK", "RNR", "RETRY", "REMOTE_ACCESS", "INVALID_REQUEST", "REMOTE_OP", "UNREACHABLE", "BUSY"}
+var outcomeNames = [...]string{"OK", "RNR", "RETRY", "REMOTE_ACCESS", "INVALID_REQUEST", "REMOTE_OP", "UNREACHABLE", "BUSY",
+	"RETRY_EXCEEDED", "RNR_EXCEEDED", "FLUSHED", "LOCAL_ERROR"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -140,8 +163,16 @@ type Fabric interface {
 	Post(req *Request, c Completer)
 }
 
-// ErrGIDInUse is returned by Register for a GID another device holds.
-var ErrGIDInUse = errors.New("fabric: GID in use by another device")
+// Registration errors.
+var (
+	// ErrGIDInUse is returned by Register for a GID another device holds.
+	ErrGIDInUse = errors.New("fabric: GID in use by another device")
+	// ErrGIDReserved is returned by Register for a GID that belongs
+	// elsewhere: another host's (a cross-host fabric routes it to a peer),
+	// so a local device holding it would capture traffic meant for that
+	// host.
+	ErrGIDReserved = errors.New("fabric: GID belongs to another host")
+)
 
 // Local is the in-process fabric: every device of one daemon.
 type Local struct {

@@ -20,6 +20,7 @@ type Device struct {
 
 	cfgMu sync.Mutex
 	cfg   abi.Config
+	gid0  abi.GID // GID index 0, read at Open
 
 	dbMu sync.Mutex // serialises doorbell setup (which sends a command)
 	db   *doorbells // set up on first use (see doorbells)
@@ -51,6 +52,13 @@ func Open(ctx context.Context, t Transport) (*Device, error) {
 	if _, err := d.command(ctx, abi.OpResetState, nil, 0); err != nil {
 		return nil, err
 	}
+	// The device's own address: link-local, or in its host's prefix on a
+	// cross-host fabric, so it is asked for, not derived from the GUID.
+	g, err := d.QueryGID(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	d.gid0 = g.GID
 	if d.ev, err = startEvents(d); err != nil {
 		return nil, err
 	}

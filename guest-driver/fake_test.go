@@ -20,11 +20,12 @@ type fakeTransport struct {
 	err     error
 	handler func(op abi.Opcode, payload []byte) (abi.Status, []byte)
 
-	mu      sync.Mutex
-	lastReq []byte
-	respLen uint32
-	resets  int
-	ops     []abi.Opcode
+	mu       sync.Mutex
+	lastReq  []byte
+	respLen  uint32
+	resets   int
+	gidAsked bool // Open's QUERY_GID of index 0 was answered
+	ops      []abi.Opcode
 
 	memOnce sync.Once
 	ram     guestmem.View
@@ -72,8 +73,19 @@ func (f *fakeTransport) Command(_ context.Context, req []byte, respLen uint32) (
 	}
 	if derr == nil && r.Header.Opcode == abi.OpResetState && f.err == nil {
 		f.resets++
+		f.gidAsked = false // the Open probing now asks for its GID next
 		f.mu.Unlock()
 		return abi.AppendResponse(nil, abi.StatusOK, nil), nil // Open's probe
+	}
+	if derr == nil && r.Header.Opcode == abi.OpQueryGID && f.err == nil && !f.gidAsked {
+		// Open asks for GID index 0 once: a link-local GID of the GUID.
+		f.gidAsked = true
+		var cfg abi.Config
+		cfg.UnmarshalBinary(f.config)
+		e := abi.GIDEntry{GID: NodeGID(cfg.NodeGUID), Type: abi.GIDTypeRoCE2, Flags: abi.GIDFlagDevice}
+		b := abi.EncodePayload(nil, &e)
+		f.mu.Unlock()
+		return abi.AppendResponse(nil, abi.StatusOK, b), nil
 	}
 	f.lastReq, f.respLen = append([]byte(nil), req...), respLen
 	h := f.handler

@@ -41,12 +41,13 @@ func (d *Device) DelGID(ctx context.Context, index uint32) error {
 	return d.call(ctx, abi.OpDelGID, &abi.GIDReq{Port: Port, Index: index}, nil)
 }
 
-// GID is the device's own GID, GID table index 0: fe80::/64 followed by
-// the node GUID from config space, big-endian (the IPv6 link-local address
-// with the GUID as interface identifier).
-func (d *Device) GID() abi.GID { return NodeGID(d.Config().NodeGUID) }
+// GID is the device's own GID, GID table index 0, as read at Open: its
+// host's GID prefix (fe80::/64, link-local, without a cross-host fabric)
+// followed by the node GUID, big-endian.
+func (d *Device) GID() abi.GID { return d.gid0 }
 
-// NodeGID is the index-0 GID of a device with node GUID guid.
+// NodeGID is the link-local index-0 GID of a device with node GUID guid
+// (on a host without a cross-host fabric).
 func NodeGID(guid uint64) abi.GID {
 	var g abi.GID
 	g[0], g[1] = 0xfe, 0x80

@@ -125,8 +125,8 @@ func TestVMQueryDevice(t *testing.T) {
 	if _, err := r.drv.QueryDevice(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// 6 commands above and Open's RESET_STATE.
-	if s := r.dev.Stats(); s.Commands != 7 || s.ByStatus[abi.StatusOK] != 3 {
+	// 6 commands above and Open's RESET_STATE and QUERY_GID.
+	if s := r.dev.Stats(); s.Commands != 8 || s.ByStatus[abi.StatusOK] != 4 {
 		t.Errorf("device stats %+v", s)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/fabric/remote"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/vmm"
 )
@@ -23,6 +24,7 @@ type Host struct {
 	cancel context.CancelFunc
 	done   chan error
 	vms    []*VM
+	mgr    *daemon.Manager // the in-process daemon (nil for an external one)
 }
 
 // Options configure a Host.
@@ -31,6 +33,12 @@ type Options struct {
 	// one in-process in a temporary run directory.
 	API string
 	Log *slog.Logger
+	// Fabric, for an in-process daemon, joins its devices to other hosts'
+	// (daemon.Config.Fabric); ListenIn opens the fabric's socket where it
+	// belongs, such as the host's network namespace
+	// (daemon.Config.ListenIn). See Pair for two hosts made so.
+	Fabric   *daemon.FabricSpec
+	ListenIn func(open func() error) error
 }
 
 // New starts (or connects to) a daemon.
@@ -48,6 +56,7 @@ func New(ctx context.Context, o Options) (*Host, error) {
 		cfg := daemon.DefaultConfig()
 		cfg.RunDir = dir
 		cfg.Factory = daemon.StellarDevice
+		cfg.Fabric, cfg.ListenIn = o.Fabric, o.ListenIn
 		m, err := daemon.New(cfg, log)
 		if err != nil {
 			os.RemoveAll(dir)
@@ -68,10 +77,19 @@ func New(ctx context.Context, o Options) (*Host, error) {
 			os.RemoveAll(dir)
 			return nil, ctx.Err()
 		}
-		h.dir, h.cancel, h.done, h.api = dir, cancel, done, m.APISocket()
+		h.dir, h.cancel, h.done, h.api, h.mgr = dir, cancel, done, m.APISocket(), m
 	}
 	h.client = daemon.NewClient(h.api)
 	return h, nil
+}
+
+// Fabric is the in-process daemon's cross-host fabric (nil without one,
+// or for an external daemon).
+func (h *Host) Fabric() *remote.Fabric {
+	if h.mgr == nil {
+		return nil
+	}
+	return h.mgr.Fabric()
 }
 
 // API is the daemon's management socket.
@@ -117,6 +135,8 @@ type VMOptions struct {
 	// Pin is the device's pinning policy (nil: the daemon's default, on
 	// demand).
 	Pin *daemon.PinSpec
+	// Tenant is the device's tenant on the cross-host fabric.
+	Tenant uint32
 	// Configure may adjust the VM's configuration (features, protocol
 	// features) before it boots.
 	Configure func(*vmm.Config)
@@ -144,7 +164,7 @@ func (h *Host) AddVM(ctx context.Context, name string, o VMOptions) (*VM, error)
 // the management API, and returns its vhost-user socket for Boot. On a
 // Boot failure the caller destroys it (Client().DestroyDevice).
 func (h *Host) CreateDevice(ctx context.Context, name string, o VMOptions) (string, error) {
-	info, err := h.client.CreateDevice(ctx, daemon.DeviceSpec{Name: name, Pin: o.Pin})
+	info, err := h.client.CreateDevice(ctx, daemon.DeviceSpec{Name: name, Pin: o.Pin, Tenant: o.Tenant})
 	if err != nil {
 		return "", fmt.Errorf("hostsim: creating device %s: %w", name, err)
 	}

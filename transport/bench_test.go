@@ -50,4 +50,4 @@ type discard struct{}
 
 func (discard) Begin(*transport.Inbound) (wire.NAK, uint8)    { return wire.NAKNone, 0 }
 func (discard) Place(*transport.Inbound, uint64, []byte) bool { return true }
-func (discard) Commit(*transport.Inbound)                     {}
+func (discard) Commit(*transport.Inbound) wire.NAK            { return wire.NAKNone }

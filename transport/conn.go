@@ -85,6 +85,11 @@ func (c *Conn) Handle(now int64, p *wire.Packet) error {
 		c.st.Foreign++
 		return fmt.Errorf("tenant %d conn %d: %w", p.Tenant, p.Conn, ErrForeign)
 	}
+	if c.failed {
+		// A failed (or closed) connection is a QP in ERR: what arrives
+		// is dropped, and the sink is not called again.
+		return fmt.Errorf("packet %d: %w", p.PSN, ErrClosed)
+	}
 	switch p.Type {
 	case wire.TypeData:
 		return c.rx.data(c, now, p)
@@ -126,6 +131,25 @@ func (c *Conn) HandleTimeout(now int64) {
 		c.tx.handleTimeout(c, now)
 	}
 }
+
+// SetLimits changes the retry limit and the receiver-not-ready retries
+// (IB retry_cnt and rnr_retry, which a QP learns only at RTS, after its
+// connection was made at RTR). Messages already posted keep their RNR
+// budget.
+func (c *Conn) SetLimits(retryLimit, rnrRetry int) error {
+	cfg := c.cfg
+	cfg.RetryLimit, cfg.RNRRetry = retryLimit, rnrRetry
+	if _, err := cfg.withDefaults(); err != nil || retryLimit == 0 || rnrRetry == 0 {
+		return fmt.Errorf("transport: retry limit %d / rnr retry %d outside 1..7: %w", retryLimit, rnrRetry, ErrConfig)
+	}
+	c.cfg.RetryLimit, c.cfg.RNRRetry = retryLimit, rnrRetry
+	return nil
+}
+
+// Close fails the connection on purpose (its QP was reset or destroyed):
+// every outstanding message completes StatusFlushed at once, and nothing
+// more is sent or delivered to the sink.
+func (c *Conn) Close() { c.fail(StatusFlushed) }
 
 // complete records a message's completion (with an atomic's result).
 func (c *Conn) complete(m *outMsg, st Status) {

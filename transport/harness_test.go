@@ -61,12 +61,12 @@ func pattern(off uint64) byte { return byte(off*31 + off>>8) }
 // bytesDst is a READ's destination.
 type bytesDst []byte
 
-func (b bytesDst) WriteAt(p []byte, off uint64) { copy(b[off:], p) }
+func (b bytesDst) WriteAt(p []byte, off uint64) bool { copy(b[off:], p); return true }
 
 // bytesSrc is a message payload.
 type bytesSrc []byte
 
-func (b bytesSrc) ReadAt(p []byte, off uint64) { copy(p, b[off:]) }
+func (b bytesSrc) ReadAt(p []byte, off uint64) bool { copy(p, b[off:]); return true }
 
 // sink is the receiving side's device: it checks every placement and
 // commit against what the sender posted.
@@ -84,6 +84,8 @@ type sink struct {
 	ctr        uint64 // the atomic counter
 	// revoke, if set, says a message's target went away (Place fails).
 	revoke func(m *transport.Inbound) bool
+	// refuse, if set, refuses a message at its commit.
+	refuse func(m *transport.Inbound) wire.NAK
 }
 
 func (s *sink) errorf(format string, args ...any) {
@@ -142,7 +144,12 @@ func (s *sink) Place(m *transport.Inbound, off uint64, b []byte) bool {
 	return true
 }
 
-func (s *sink) Commit(m *transport.Inbound) {
+func (s *sink) Commit(m *transport.Inbound) wire.NAK {
+	if s.refuse != nil {
+		if nak := s.refuse(m); nak != wire.NAKNone {
+			return nak
+		}
+	}
 	if s.commits > 0 && !wire.SeqLess(s.lastCommit, m.MSN) {
 		s.errorf("commit of msn %d after %d (order or duplicate)", m.MSN, s.lastCommit)
 	}
@@ -151,28 +158,29 @@ func (s *sink) Commit(m *transport.Inbound) {
 	want, ok := s.peer.sent[m.MSN]
 	if !ok {
 		s.errorf("commit of msn %d that was never posted", m.MSN)
-		return
+		return wire.NAKNone
 	}
 	s.peer.committed[m.MSN]++
 	switch m.Op {
 	case wire.OpReadReq:
 		off := m.RAddr - roBase
 		m.Response = bytesSrc(s.ro[off : off+uint64(m.Len)])
-		return
+		return wire.NAKNone
 	case wire.OpFetchAdd:
 		m.Result = s.ctr
 		s.ctr += m.SwapAdd
-		return
+		return wire.NAKNone
 	case wire.OpCmpSwap:
 		m.Result = s.ctr
 		if s.ctr == m.Compare {
 			s.ctr = m.SwapAdd
 		}
-		return
+		return wire.NAKNone
 	}
 	if got := s.target(m)[:m.Len]; !bytes.Equal(got, want.data) {
 		s.errorf("msn %d (%v, %d bytes): wrong bytes", m.MSN, m.Op, m.Len)
 	}
+	return wire.NAKNone
 }
 
 // side is one end: its connection, what it posted, what completed.

@@ -9,16 +9,19 @@ import (
 // Source is where an outgoing message's payload comes from (the
 // requester's guest memory): ReadAt fills p with the message bytes at
 // off. It is called for every (re)transmission, so a retransmission reads
-// the memory again rather than keeping a copy.
+// the memory again rather than keeping a copy. false means the memory is
+// gone (removed or faulted): the connection fails (StatusLocal), since
+// sending anything else would deliver wrong bytes.
 type Source interface {
-	ReadAt(p []byte, off uint64)
+	ReadAt(p []byte, off uint64) bool
 }
 
 // Placer is where a READ's response lands (the requester's guest
 // memory): WriteAt puts p at offset off of the read, in any order, at
-// most once per byte.
+// most once per byte. false means the memory is gone: the connection
+// fails (StatusLocal).
 type Placer interface {
-	WriteAt(p []byte, off uint64)
+	WriteAt(p []byte, off uint64) bool
 }
 
 // Message is a request posted on a connection.
@@ -89,11 +92,15 @@ const (
 	StatusRemoteAccess
 	StatusRemoteInvalid
 	StatusRemoteOp
-	// StatusFlushed: the connection failed before the message completed.
+	// StatusFlushed: the connection failed (or was closed) before the
+	// message completed.
 	StatusFlushed
+	// StatusLocal: our own memory behind a message (a payload to send, a
+	// READ's destination) could not be read or written any more.
+	StatusLocal
 )
 
-var statusNames = [...]string{"OK", "RETRY_EXCEEDED", "RNR_RETRY_EXCEEDED", "REMOTE_ACCESS", "REMOTE_INVALID", "REMOTE_OP", "FLUSHED"}
+var statusNames = [...]string{"OK", "RETRY_EXCEEDED", "RNR_RETRY_EXCEEDED", "REMOTE_ACCESS", "REMOTE_INVALID", "REMOTE_OP", "FLUSHED", "LOCAL"}
 
 func (s Status) String() string {
 	if int(s) < len(statusNames) {
@@ -119,7 +126,7 @@ type Inbound struct {
 	RAddr     uint64
 	RKey, Imm uint32
 	Solicited bool
-	// Compare and SwapAdd are an atomic's operands.
+	// Compare and SwapAdd are an atomic's operands (set before Begin).
 	Compare, SwapAdd uint64
 	// Ctx is the Sink's: set it in Begin (the translated target, the
 	// receive WQE), it comes back in Place and Commit.
@@ -146,5 +153,8 @@ type Sink interface {
 	// Commit is called once per accepted message, in message order, when
 	// all of it has been placed. For a READ_REQ it sets m.Response; for an
 	// atomic it performs the operation, exactly once, and sets m.Result.
-	Commit(m *Inbound)
+	// A NAK other than NAKNone refuses the message after all (its target
+	// went away since Begin; NAKRNR is not allowed here): nothing of it
+	// may have taken effect.
+	Commit(m *Inbound) wire.NAK
 }

@@ -113,6 +113,14 @@ func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
 	if !m.begun && (d.Op == wire.OpReadResp || d.Op == wire.OpAtomicResp) {
 		m.begun = true // ours: the request was checked when we sent it
 	}
+	// An atomic is one packet whose payload is its operands: the sink
+	// sees them in Begin, as it sees every other field of a request.
+	switch d.Op {
+	case wire.OpCmpSwap:
+		m.Compare, m.SwapAdd = binary.BigEndian.Uint64(p.Payload), binary.BigEndian.Uint64(p.Payload[8:])
+	case wire.OpFetchAdd:
+		m.SwapAdd = binary.BigEndian.Uint64(p.Payload)
+	}
 	if m.refused == wire.NAKNone && !m.begun {
 		nak, timer := c.sink.Begin(&m.Inbound)
 		switch nak {
@@ -131,6 +139,9 @@ func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
 	}
 	if m.begun {
 		r.place(c, m, p)
+		if c.failed {
+			return fmt.Errorf("msn %d: our memory for it is gone: %w", d.MSN, ErrClosed)
+		}
 	}
 	c.st.DataReceived++
 	r.mark(p.PSN)
@@ -148,15 +159,14 @@ func (r *receiver) place(c *Conn, m *inMsg, p *wire.Packet) {
 	case wire.OpReadReq:
 		m.placed = uint64(m.Len) // no payload: the request is whole
 		return
-	case wire.OpCmpSwap:
-		m.Compare, m.SwapAdd = binary.BigEndian.Uint64(p.Payload), binary.BigEndian.Uint64(p.Payload[8:])
-	case wire.OpFetchAdd:
-		m.SwapAdd = binary.BigEndian.Uint64(p.Payload)
+	case wire.OpCmpSwap, wire.OpFetchAdd:
+		// Operands, read before Begin.
 	case wire.OpAtomicResp:
 		m.Result = binary.BigEndian.Uint64(p.Payload)
 	case wire.OpReadResp:
-		if req := c.tx.msg(uint32(d.RAddr)); len(p.Payload) > 0 {
-			req.Dst.WriteAt(p.Payload, uint64(d.Offset))
+		if req := c.tx.msg(uint32(d.RAddr)); len(p.Payload) > 0 && !req.Dst.WriteAt(p.Payload, uint64(d.Offset)) {
+			c.fail(StatusLocal)
+			return
 		}
 	default:
 		if len(p.Payload) > 0 && !c.sink.Place(&m.Inbound, uint64(d.Offset), p.Payload) {
@@ -177,17 +187,21 @@ func (r *receiver) commitReady(c *Conn, now int64) {
 		if !m.valid || m.MSN != r.commit || !m.begun || m.placed < uint64(m.Len) {
 			return
 		}
-		switch m.Op {
-		case wire.OpReadResp, wire.OpAtomicResp:
+		if m.Op == wire.OpReadResp || m.Op == wire.OpAtomicResp {
 			c.tx.responseArrived(c, now, uint32(m.RAddr), m.Result)
+		} else if nak := c.sink.Commit(&m.Inbound); nak != wire.NAKNone { // performs an atomic: exactly once
+			if nak == wire.NAKRNR {
+				nak = wire.NAKRemoteOp // not a retryable answer once accepted
+			}
+			// Refused after all: the line stops here, as after Begin.
+			m.begun, m.refused = false, nak
+			return
+		}
+		switch m.Op {
 		case wire.OpReadReq:
-			c.sink.Commit(&m.Inbound)
 			c.tx.respond(wire.OpReadResp, m.MSN, m.Len, m.Response)
 		case wire.OpCmpSwap, wire.OpFetchAdd:
-			c.sink.Commit(&m.Inbound) // performs it: exactly once
 			c.tx.respond(wire.OpAtomicResp, m.MSN, 8, resultSource(m.Result))
-		default:
-			c.sink.Commit(&m.Inbound)
 		}
 		*m = inMsg{}
 		r.commit++
@@ -223,8 +237,9 @@ func (r *receiver) appendAck(c *Conn, dst []byte) ([]byte, uint16) {
 // resultSource is an atomic's 8-byte response, big-endian.
 type resultSource uint64
 
-func (v resultSource) ReadAt(p []byte, off uint64) {
+func (v resultSource) ReadAt(p []byte, off uint64) bool {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(v))
 	copy(p, b[off:])
+	return true
 }

@@ -185,8 +185,7 @@ func (s *sender) transmit(c *Conn, now int64, buf []byte) ([]byte, uint16, bool)
 			if s.pkt(psn).state == pktLost {
 				s.lost--
 				c.st.Retransmits++
-				pkt, path := s.send(c, now, psn, buf, true)
-				return pkt, path, true
+				return s.send(c, now, psn, buf, true)
 			}
 		}
 	}
@@ -214,12 +213,12 @@ func (s *sender) transmit(c *Conn, now int64, buf []byte) ([]byte, uint16, bool)
 	m.allSent = m.sent == m.Len
 	s.nxt++
 	c.st.DataSent++
-	pkt, path := s.send(c, now, psn, buf, false)
-	return pkt, path, true
+	return s.send(c, now, psn, buf, false)
 }
 
-// send (re)transmits packet psn.
-func (s *sender) send(c *Conn, now int64, psn uint32, buf []byte, retx bool) ([]byte, uint16) {
+// send (re)transmits packet psn. A source that can no longer be read
+// (its memory went away) fails the connection instead: nothing is sent.
+func (s *sender) send(c *Conn, now int64, psn uint32, buf []byte, retx bool) ([]byte, uint16, bool) {
 	p := s.pkt(psn)
 	m := s.msg(p.msn)
 	p.path = s.cfg.Path.SelectPath(psn, retx)
@@ -265,9 +264,12 @@ func (s *sender) send(c *Conn, now int64, psn uint32, buf []byte, retx bool) ([]
 	case m.Op == wire.OpFetchAdd:
 		binary.BigEndian.PutUint64(payload[0:], m.SwapAdd)
 	case p.n > 0:
-		m.Src.ReadAt(payload, uint64(p.off))
+		if !m.Src.ReadAt(payload, uint64(p.off)) {
+			c.fail(StatusLocal)
+			return nil, 0, false
+		}
 	}
-	return wire.AppendData(buf[:0], h, &d, payload), p.path
+	return wire.AppendData(buf[:0], h, &d, payload), p.path, true
 }
 
 // ack processes an acknowledgement.
@@ -625,4 +627,4 @@ func rnrDelay(t uint8) int64 { return int64(abi.RNRTimerMicros[t&31]) * 1000 }
 // zeroSource reads as zeros.
 type zeroSource struct{}
 
-func (zeroSource) ReadAt(p []byte, _ uint64) { clear(p) }
+func (zeroSource) ReadAt(p []byte, _ uint64) bool { clear(p); return true }

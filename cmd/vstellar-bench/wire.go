@@ -104,11 +104,11 @@ func (s *placeSink) Place(m *transport.Inbound, off uint64, b []byte) bool {
 	copy(s.mem[m.RAddr+off:], b)
 	return true
 }
-func (s *placeSink) Commit(*transport.Inbound) {}
+func (s *placeSink) Commit(*transport.Inbound) wire.NAK { return wire.NAKNone }
 
 type bytesSource []byte
 
-func (b bytesSource) ReadAt(p []byte, off uint64) { copy(p, b[off:]) }
+func (b bytesSource) ReadAt(p []byte, off uint64) bool { copy(p, b[off:]); return true }
 
 // link is a connection from host 0 to host 1 with its endpoints running.
 type link struct {

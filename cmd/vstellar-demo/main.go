@@ -6,7 +6,9 @@
 // device through its life: probe, config space, QUERY_DEVICE, doorbells,
 // RDMA between the first two VMs (SEND/RECV with a gather list, WRITE,
 // READ, FETCH_ADD, and a forged rkey refused), suspend and resume, reset,
-// a VMM reconnect, and the daemon's shutdown.
+// a VMM reconnect, and the daemon's shutdown. Then it does the same RDMA
+// between VMs on two hosts: two vstellards in two network namespaces
+// (loopback without root), joined by the cross-host transport.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,6 +28,7 @@ import (
 
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/transport/netlab"
 	"github.com/vstellar/vstellar/virtio/abi"
 	"github.com/vstellar/vstellar/vmm"
 )
@@ -70,7 +74,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if o.json {
-		b, _ := json.MarshalIndent(output{VMs: d.results, Verbs: d.verbsResult}, "", "  ")
+		b, _ := json.MarshalIndent(output{VMs: d.results, Verbs: d.verbsResult, CrossHost: d.crossResult}, "", "  ")
 		fmt.Fprintln(stdout, string(b))
 	}
 	return 0
@@ -83,12 +87,21 @@ type demo struct {
 	results []result
 	// verbsResult is the verbs walk-through between the first two VMs.
 	verbsResult *verbsResult
+	// crossResult is the same between VMs on two hosts.
+	crossResult *crossResult
+}
+
+// crossResult is what the two-host walk-through saw.
+type crossResult struct {
+	Network string       `json:"network"`
+	Verbs   *verbsResult `json:"verbs"`
 }
 
 // output is the --json document.
 type output struct {
-	VMs   []result     `json:"vms"`
-	Verbs *verbsResult `json:"verbs,omitempty"`
+	VMs       []result     `json:"vms"`
+	Verbs     *verbsResult `json:"verbs,omitempty"`
+	CrossHost *crossResult `json:"cross_host,omitempty"`
 }
 
 // result is what one VM saw.
@@ -161,7 +174,7 @@ func (d *demo) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	if len(vms) >= 2 {
-		vr, err := d.verbs(ctx, vms[0].name, vms[1].name, vms[0].drv, vms[1].drv)
+		vr, err := d.verbs(ctx, vms[0].name, vms[1].name, vms[0].drv, vms[1].drv, "the daemon's in-process fabric")
 		if err != nil {
 			return fmt.Errorf("verbs: %w", err)
 		}
@@ -193,6 +206,42 @@ func (d *demo) run(ctx context.Context, stderr io.Writer) error {
 		d.results = append(d.results, *v.res)
 	}
 	d.table()
+	if d.o.api == "" {
+		return d.crossHost(ctx)
+	}
+	return nil
+}
+
+// crossHost runs the verbs walk-through between VMs on two hosts: two
+// in-process vstellards, each with its cross-host fabric, in two network
+// namespaces joined by a veth (loopback when namespaces cannot be made).
+func (d *demo) crossHost(ctx context.Context) error {
+	fmt.Fprintln(d.out, "two hosts: a vstellard each, joined by the cross-host transport")
+	p, err := hostsim.NewPair(ctx, hostsim.PairOptions{Net: netlab.Options{Prefix: "vsdemo", MTU: 9000}, Log: d.log})
+	if err != nil {
+		return fmt.Errorf("two hosts: %w", err)
+	}
+	defer p.Close()
+	d.step("network: %s", p.Where)
+	mem := min(d.o.memSize, 1<<30)
+	var vms [2]*hostsim.VM
+	for i, h := range p.Hosts {
+		name := fmt.Sprintf("demo-host%d-vm", i+1)
+		if vms[i], err = h.AddVM(ctx, name, hostsim.VMOptions{MemSize: mem, Tenant: 1}); err != nil {
+			return fmt.Errorf("host %d: %w", i+1, err)
+		}
+		g := vms[i].Driver.GID()
+		d.step("host %d: %s booted, GID %s, fabric on %v", i+1, name, net.IP(g[:]), h.Fabric().Addr())
+	}
+	vr, err := d.verbs(ctx, vms[0].Name, vms[1].Name, vms[0].Driver, vms[1].Driver, "the cross-host transport ("+p.Where+")")
+	if err != nil {
+		return fmt.Errorf("cross-host verbs: %w", err)
+	}
+	for i, h := range p.Hosts {
+		st := h.Fabric().Stats()
+		d.step("host %d fabric: %d connection, %d datagrams sent, %d received, %d refused", i+1, st.Connections, st.Sent, st.Received, st.Refused)
+	}
+	d.crossResult = &crossResult{Network: p.Where, Verbs: vr}
 	return nil
 }
 

@@ -21,6 +21,9 @@ func TestDemo(t *testing.T) {
 	if v := doc.Verbs; v == nil || v.SendBytes == 0 || v.WriteKiB != 128 || v.WriteUs <= 0 || v.ReadUs <= 0 || v.FetchAdd != 42 {
 		t.Errorf("verbs between the two VMs: %+v", v)
 	}
+	if x := doc.CrossHost; x == nil || x.Network == "" || x.Verbs == nil || x.Verbs.WriteKiB != 128 || x.Verbs.FetchAdd != 42 {
+		t.Errorf("verbs across two hosts: %+v", x)
+	}
 	if len(results) != 2 {
 		t.Fatalf("%d results", len(results))
 	}

@@ -75,10 +75,10 @@ func (e *endpoint) wait(ctx context.Context) (guestdriver.WC, error) {
 // verbs connects an RC QP in VM a with one in VM b and moves data both
 // ways with SEND/RECV, RDMA WRITE, RDMA READ and an atomic, checking every
 // byte.
-func (d *demo) verbs(ctx context.Context, an, bn string, adev, bdev *guestdriver.Device) (*verbsResult, error) {
+func (d *demo) verbs(ctx context.Context, an, bn string, adev, bdev *guestdriver.Device, via string) (*verbsResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	fmt.Fprintf(d.out, "verbs: %s <-> %s, RC QPs through the daemon's in-process fabric\n", an, bn)
+	fmt.Fprintf(d.out, "verbs: %s <-> %s, RC QPs through %s\n", an, bn, via)
 	a, err := newEndpoint(ctx, an, adev)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", an, err)

@@ -8,8 +8,15 @@
 //
 //	vstellard [--config FILE] [--run-dir DIR] [--log-level LEVEL]
 //	          [--log-format text|json] [--socket-mode MODE]
-//	          [--shutdown-timeout DURATION] [--pin-budget BYTES] [--device NAME]... [--version]
+//	          [--shutdown-timeout DURATION] [--pin-budget BYTES] [--device NAME]...
+//	          [--fabric-listen IP:PORT --gid-prefix PREFIX --fabric-secret-file FILE
+//	           [--fabric-mtu MTU] [--peer GID_PREFIX=IP:PORT]...] [--version]
 //
+// The --fabric-* flags (or the config file's "fabric" object, see
+// daemon.FabricSpec) join this host's devices to those of other hosts over
+// the cross-host transport: each device's GID is the host's prefix and
+// its GUID, and a QP connected to a GID of a peer's prefix sends to that
+// peer's vstellard.
 // Flags override the config file, which overrides the defaults. --device
 // may be repeated; its devices are created at start with default limits,
 // after those of the config file. SIGTERM or SIGINT shut the daemon down

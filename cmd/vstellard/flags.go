@@ -4,10 +4,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"path/filepath"
 	"time"
 
 	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/fabric/remote"
 )
 
 // options are the parsed command line.
@@ -34,10 +36,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		logFormat  = fs.String("log-format", daemon.DefaultLogFormat, "log `format`: text or json")
 		timeout    = fs.Duration("shutdown-timeout", time.Duration(daemon.DefaultShutdownTimeout), "bound on a clean shutdown")
 		pinBudget  = fs.Uint64("pin-budget", 0, "`bytes` of guest memory all devices may keep pinned (0: none for root, else RLIMIT_MEMLOCK)")
+		fabListen  = fs.String("fabric-listen", "", "cross-host fabric: UDP `ip:port` to bind (enables the fabric with --gid-prefix and --fabric-secret-file)")
+		gidPrefix  = fs.String("gid-prefix", "", "cross-host fabric: this host's GID `prefix` (an IPv6 /64)")
+		secretFile = fs.String("fabric-secret-file", "", "cross-host fabric: `file` holding the cluster key")
+		fabMTU     = fs.Int("fabric-mtu", 0, "cross-host fabric: the host network's `MTU` (default 1500)")
 		mode       = daemon.DefaultSocketMode
 		devices    deviceList
+		peers      peerList
 		o          options
 	)
+	fs.Var(&peers, "peer", "cross-host fabric: another host, `gid_prefix=ip:port` (repeatable)")
 	fs.Var(&mode, "socket-mode", "permission `mode` of device sockets, octal")
 	fs.Var(&devices, "device", "create a device `name`d so at start (repeatable)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -78,6 +86,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err != nil {
 		return o, fmt.Errorf("--run-dir: %w", err)
 	}
+	if err := fabricFlags(fs, &cfg, *fabListen, *gidPrefix, *secretFile, *fabMTU, peers); err != nil {
+		return o, err
+	}
 	for _, name := range devices {
 		cfg.Devices = append(cfg.Devices, daemon.DeviceSpec{Name: name})
 	}
@@ -86,4 +97,54 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	o.cfg = cfg
 	return o, nil
+}
+
+// peerList collects repeated --peer flags.
+type peerList []remote.Peer
+
+func (p *peerList) String() string { return fmt.Sprint(*p) }
+func (p *peerList) Set(v string) error {
+	peer, err := remote.ParsePeer(v)
+	if err != nil {
+		return err
+	}
+	*p = append(*p, peer)
+	return nil
+}
+
+// fabricFlags applies the --fabric-* flags given over the config file's
+// "fabric" object (creating it when the file has none).
+func fabricFlags(fs *flag.FlagSet, cfg *daemon.Config, listen, prefix, secret string, mtu int, peers peerList) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err != nil {
+			return
+		}
+		switch f.Name {
+		case "fabric-listen", "gid-prefix", "fabric-secret-file", "fabric-mtu", "peer":
+		default:
+			return
+		}
+		if cfg.Fabric == nil {
+			cfg.Fabric = &daemon.FabricSpec{}
+		}
+		fab := cfg.Fabric
+		switch f.Name {
+		case "fabric-listen":
+			if fab.Listen, err = netip.ParseAddrPort(listen); err != nil {
+				err = fmt.Errorf("--fabric-listen: %w", err)
+			}
+		case "gid-prefix":
+			if fab.GIDPrefix, err = netip.ParsePrefix(prefix); err != nil {
+				err = fmt.Errorf("--gid-prefix: %w", err)
+			}
+		case "fabric-secret-file":
+			fab.SecretFile, err = filepath.Abs(secret)
+		case "fabric-mtu":
+			fab.MTU = mtu
+		case "peer":
+			fab.Peers = peers
+		}
+	})
+	return err
 }

@@ -36,6 +36,7 @@ type Options struct {
 	RAM       uint64 // bytes of guest RAM (default 16 MiB)
 	Memfd     bool   // back RAM with a memfd (so a test can truncate it)
 	PinBudget uint64 // bytes the device may pin (0: no limit)
+	Tenant    uint32 // the device's tenant (engine.Config.Tenant)
 }
 
 // Guest is one simulated guest with its device's engine.
@@ -110,7 +111,7 @@ func NewGuest(t testing.TB, fab fabric.Fabric, name string, o Options) *Guest {
 		t.Fatalf("pin cache: %v", err)
 	}
 	g.MTT = emtt.New(Limits.MaxMR, g.Pins)
-	g.Eng = engine.New(engine.Config{Name: name, Limits: Limits, MTT: g.MTT, Fabric: fab, GID: g.GID, Events: g.onEvent})
+	g.Eng = engine.New(engine.Config{Name: name, Limits: Limits, MTT: g.MTT, Fabric: fab, GID: g.GID, Tenant: o.Tenant, Events: g.onEvent})
 	if err := g.Eng.Start(g.Mem, g.DB.View(), g.Layout); err != nil {
 		t.Fatalf("start: %v", err)
 	}

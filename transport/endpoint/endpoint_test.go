@@ -3,6 +3,7 @@ package endpoint_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/netip"
 	"sync"
 	"testing"
@@ -16,7 +17,7 @@ import (
 
 type src []byte
 
-func (s src) ReadAt(p []byte, off uint64) { copy(p, s[off:]) }
+func (s src) ReadAt(p []byte, off uint64) bool { copy(p, s[off:]); return true }
 
 // memSink places WRITEs into its memory.
 type memSink struct {
@@ -35,10 +36,11 @@ func (s *memSink) Place(m *transport.Inbound, off uint64, b []byte) bool {
 	copy(s.mem[m.RAddr+off:], b)
 	return true
 }
-func (s *memSink) Commit(*transport.Inbound) {
+func (s *memSink) Commit(*transport.Inbound) wire.NAK {
 	s.mu.Lock()
 	s.commits++
 	s.mu.Unlock()
+	return wire.NAKNone
 }
 
 // TestTwoEndpoints: two endpoints on loopback, two connections between
@@ -50,7 +52,10 @@ func TestTwoEndpoints(t *testing.T) {
 	var eps [2]*endpoint.Endpoint
 	var socks [2]*udp.Conn
 	for i := range eps {
-		s, err := udp.Listen(ctx, udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Paths: 4})
+		// Large buffers: without congestion control two full windows of
+		// 8 KiB datagrams overflow the default, and a slow (race, one
+		// CPU) loop then loses most of them.
+		s, err := udp.Listen(ctx, udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Paths: 4, RecvBuffer: 16 << 20, SendBuffer: 4 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,6 +102,21 @@ func TestTwoEndpoints(t *testing.T) {
 					_, err := eps[i].Post(id, transport.Message{Op: wire.OpWrite, Len: size, Src: src(p), RAddr: uint64(m) * size, Token: uint64(m)})
 					if err == nil {
 						break
+					}
+					if ctx.Err() != nil || !errors.Is(err, transport.ErrFull) {
+						for kk := range uint32(conns) {
+							for ii := range 2 {
+								st, _ := eps[ii].ConnStats(10 + kk*2 + uint32(ii))
+								t.Logf("conn %d side %d: %+v", kk, ii, st)
+							}
+						}
+						t.Logf("ep0 %+v ep1 %+v", eps[0].Stats(), eps[1].Stats())
+						for len(done) > 0 {
+							if c := <-done; c.Status != transport.StatusOK {
+								t.Logf("completion %+v", c)
+							}
+						}
+						t.Fatalf("post: %v (%v)", err, ctx.Err())
 					}
 					time.Sleep(100 * time.Microsecond) // the window is full
 				}

@@ -1,0 +1,165 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/transport"
+)
+
+// FabricSpec configures the cross-host fabric (package fabric/remote):
+// how this daemon's devices reach the devices of other hosts. Without it
+// the daemon's devices reach only each other, and their GIDs are
+// link-local.
+//
+//	"fabric": {
+//	  "listen": "10.0.0.1:4791",
+//	  "gid_prefix": "fd00:0:0:1::/64",
+//	  "peers": [{"gid_prefix": "fd00:0:0:2::/64", "address": "10.0.0.2:4791"}],
+//	  "secret_file": "/etc/vstellar/fabric.key",
+//	  "mtu": 9000
+//	}
+type FabricSpec struct {
+	// Listen is the UDP address the transport binds; with Paths > 1 it
+	// is the first of Paths consecutive ports (the source ports that
+	// spread a connection over an ECMP network).
+	Listen netip.AddrPort `json:"listen"`
+	// GIDPrefix is this host's /64: every device's GID index 0 is the
+	// prefix followed by its node GUID, and the peers route it here.
+	GIDPrefix netip.Prefix `json:"gid_prefix"`
+	// Peers are the other hosts, each with the GIDs it owns; a
+	// destination goes to the peer of the longest matching prefix.
+	Peers []remote.Peer `json:"peers,omitempty"`
+	// SecretFile holds the cluster's key (16 to 4096 bytes, the same on
+	// every host) from which connection ids and tokens are derived, so
+	// that no one without it can forge a packet that is accepted.
+	SecretFile string `json:"secret_file"`
+	// MTU is the host network's MTU (default 1500).
+	MTU int `json:"mtu,omitempty"`
+	// Paths is the number of UDP source ports (default 1).
+	Paths int `json:"paths,omitempty"`
+	// Recovery is "selective" (default) or "go-back-n", what hardware
+	// RNICs do (a baseline for measurements).
+	Recovery string `json:"recovery,omitempty"`
+}
+
+const maxSecretLen = 4096
+
+// remoteConfig is the fabric/remote configuration the spec describes,
+// with secret as the cluster key. Errors wrap ErrInvalid and name the
+// field.
+func (f *FabricSpec) remoteConfig(secret []byte, log *slog.Logger) (remote.Config, error) {
+	bad := func(format string, args ...any) (remote.Config, error) {
+		return remote.Config{}, fmt.Errorf("%w: fabric: "+format, append([]any{ErrInvalid}, args...)...)
+	}
+	// A device's GID is the prefix and its 64-bit GUID.
+	if p := f.GIDPrefix; !p.IsValid() || !p.Addr().Is6() || p.Addr().Is4In6() || p.Bits() != 64 || p.Masked() != p {
+		return bad("gid_prefix %v: want an IPv6 /64 without host bits (the GID's low 64 bits are the device's GUID)", f.GIDPrefix)
+	}
+	if f.GIDPrefix.Addr().IsLinkLocalUnicast() {
+		return bad("gid_prefix %v is link-local: other hosts cannot route to it", f.GIDPrefix)
+	}
+	var t transport.Config
+	switch strings.ToLower(f.Recovery) {
+	case "", "selective":
+	case "go-back-n":
+		t.Recovery = transport.GoBackN
+	default:
+		return bad("recovery %q: want selective or go-back-n", f.Recovery)
+	}
+	cfg := remote.Config{Listen: f.Listen, Paths: f.Paths, GIDPrefix: f.GIDPrefix, Peers: f.Peers,
+		Secret: secret, MTU: f.MTU, Transport: t, Log: log}
+	if err := cfg.Validate(); err != nil {
+		return bad("%v", err)
+	}
+	return cfg, nil
+}
+
+// validate checks the spec; the secret file is read only at start.
+func (f *FabricSpec) validate() error {
+	if f.SecretFile == "" {
+		return fmt.Errorf("%w: fabric: secret_file is required (the cluster key connection ids and tokens derive from)", ErrInvalid)
+	}
+	_, err := f.remoteConfig(bytes.Repeat([]byte{1}, remote.MinSecret), nil)
+	return err
+}
+
+// readSecret reads the cluster key: the file's bytes without surrounding
+// white space.
+func readSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("fabric: secret_file: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < remote.MinSecret || len(b) > maxSecretLen {
+		return nil, fmt.Errorf("%w: fabric: secret_file %s holds %d bytes, want %d..%d", ErrInvalid, path, len(b), remote.MinSecret, maxSecretLen)
+	}
+	return b, nil
+}
+
+// startFabric opens the cross-host fabric, if one is configured, and
+// makes it the devices' fabric: once, before the first device. Its I/O
+// loop runs until Shutdown.
+func (m *Manager) startFabric() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	spec := m.cfg.Fabric
+	if spec == nil || m.remote != nil {
+		return nil
+	}
+	secret, err := readSecret(spec.SecretFile)
+	if err != nil {
+		return err
+	}
+	cfg, err := spec.remoteConfig(secret, m.log.With("component", "fabric"))
+	if err != nil {
+		return err
+	}
+	var f *remote.Fabric
+	open := func() error {
+		var err error
+		f, err = remote.New(cfg)
+		return err
+	}
+	if m.cfg.ListenIn != nil {
+		err = m.cfg.ListenIn(open)
+	} else {
+		err = open()
+	}
+	if err != nil {
+		return fmt.Errorf("fabric: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			m.log.Error("fabric stopped", "err", err)
+		}
+	}()
+	m.remote, m.remoteStop = f, func() error {
+		cancel()
+		err := f.Close()
+		<-done
+		return err
+	}
+	m.shared.Fabric, m.shared.GIDPrefix = f, spec.GIDPrefix
+	m.log.Info("cross-host fabric up", "addr", f.Addr(), "gid_prefix", spec.GIDPrefix, "peers", len(spec.Peers))
+	return nil
+}
+
+// Fabric is the daemon's cross-host fabric, or nil if none is configured
+// (or it has not started yet).
+func (m *Manager) Fabric() *remote.Fabric {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.remote
+}

@@ -1,0 +1,134 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// Connections: a fabric that keeps state per connected QP pair (the
+// cross-host transport) implements fabric.Connector. The engine tells it
+// of a QP's peer when the QP enters RTR (receive side), again when it
+// enters RTS (send side: retry limits), and when a connection attribute
+// changes; and it ends the connection when the QP goes back to RESET, is
+// destroyed, or the engine is reset. Connect and Disconnect run with mu
+// held and never with the gate: the fabric's loop may be waiting for the
+// gate inside an Incoming method, and Disconnect waits for that loop.
+
+// connAttrs are the attributes a Connection is made of.
+const connAttrs = abi.QPAttrAV | abi.QPAttrDestQPN | abi.QPAttrPathMTU | abi.QPAttrRetryCnt | abi.QPAttrRNRRetry
+
+// connector is the fabric's Connector, or nil if it keeps no connections.
+func (e *Engine) connector() fabric.Connector {
+	cn, _ := e.cfg.Fabric.(fabric.Connector)
+	return cn
+}
+
+// connection returns the Connection a MODIFY_QP of q from cur to next with
+// the merged attributes a must make, and whether it must make one: when
+// the QP enters RTR or RTS, or a connection attribute changes while it
+// serves. Caller holds mu.
+func (e *Engine) connection(q *qp, cur, next abi.QPState, mask abi.QPAttrMask, a *abi.QPAttr) (fabric.Connection, bool, error) {
+	if e.connector() == nil {
+		return fabric.Connection{}, false, nil
+	}
+	switch next {
+	case abi.QPStateRTR, abi.QPStateRTS, abi.QPStateSQD:
+	default:
+		return fabric.Connection{}, false, nil
+	}
+	entering := cur != next && next != abi.QPStateSQD
+	if !entering && mask&connAttrs == 0 {
+		return fabric.Connection{}, false, nil
+	}
+	gid, ok := e.sourceGID(a.AH.SGIDIndex)
+	if !ok {
+		// The fabric needs our address now, not at the first send.
+		return fabric.Connection{}, false, statusErr(abi.StatusNotFound, "qp %d: sgid_index %d names no GID", q.qpn, a.AH.SGIDIndex)
+	}
+	c := fabric.Connection{
+		Local:  fabric.Addr{GID: gid, QPN: q.qpn},
+		Remote: fabric.Addr{GID: a.AH.DGID, QPN: a.DestQPN},
+		Tenant: e.cfg.Tenant,
+		Send:   next != abi.QPStateRTR,
+		MTU:    a.PathMTU.Bytes(),
+	}
+	if c.Send {
+		c.RetryCnt, c.RNRRetry = a.RetryCnt, a.RNRRetry
+	}
+	return c, true, nil
+}
+
+// connect makes (or updates) c with the fabric. A refusal is the
+// MODIFY_QP's error: the status the fabric's error wraps if it wraps one,
+// else StatusInvalidArgument (the attributes name a peer the fabric cannot
+// reach). Caller holds mu, not the gate.
+func (e *Engine) connect(c fabric.Connection) error {
+	if err := e.connector().Connect(c); err != nil {
+		st := abi.StatusInvalidArgument
+		var s abi.Status
+		if errors.As(err, &s) && s != abi.StatusOK {
+			st = s
+		}
+		return fmt.Errorf("engine: qp %d: connect %v: %w: %w", c.Local.QPN, c, err, st)
+	}
+	return nil
+}
+
+// setConnection records that q's connection is now c once the MODIFY_QP that
+// made it has taken effect; a connection under another local address (the
+// GID at sgid_index changed) replaces the old one, which ends. Caller
+// holds mu.
+func (e *Engine) setConnection(q *qp, c fabric.Connection) {
+	if q.connected && q.conn.Local != c.Local {
+		e.connector().Disconnect(q.conn.Local)
+	}
+	q.conn, q.connected = c, true
+}
+
+// unconnect undoes connect for a MODIFY_QP that failed after it: a
+// connection q did not have before ends; an update of q's connection is
+// left (the QP has gone to ERR, and RESET or destroy ends it). Caller
+// holds mu.
+func (e *Engine) unconnect(q *qp, c fabric.Connection) {
+	if !q.connected || q.conn.Local != c.Local {
+		e.connector().Disconnect(c.Local)
+	}
+}
+
+// disconnect ends the connections of qs (those that have one) before a
+// reset, destroy or engine Reset takes the gate for them. Their passes
+// stop first (closing, then a pass barrier on the gate: a pass that began
+// before closing was set ends before Disconnect, so none posts for them
+// afterwards), so the requests Disconnect flushes are dropped with the
+// queues instead of completing in error. Taking the gate for the barrier
+// waits only for passes and Incoming methods, never for the fabric.
+// Disconnect then waits for the fabric's loop and completes every request
+// of theirs, so lockQuiet does not wait a retry timeout for a dead peer.
+// Caller holds mu, not the gate.
+func (e *Engine) disconnect(qs []*qp) {
+	cn := e.connector()
+	if cn == nil {
+		return
+	}
+	some := false
+	for _, q := range qs {
+		if q.connected {
+			q.closing.Store(true)
+			some = true
+		}
+	}
+	if !some {
+		return
+	}
+	e.gate.Lock() // the barrier: nothing to do inside
+	e.gate.Unlock()
+	for _, q := range qs {
+		if q.connected {
+			cn.Disconnect(q.conn.Local)
+			q.connected = false
+		}
+	}
+}

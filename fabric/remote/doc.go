@@ -1,0 +1,38 @@
+// Package remote is the cross-host fabric: a fabric.Fabric and
+// fabric.Connector that carries the RC traffic of QPs whose peers are on
+// other hosts over the reliable UDP transport (package transport, driven
+// by transport/endpoint's I/O loop), and hands traffic between devices
+// of this host to an embedded fabric.Local.
+//
+// A QP's connection is made when the engine calls Connect at RTR and
+// gets the QP's retry limits at RTS. Connection ids and tokens are
+// derived, not negotiated: ConnIdentity, an HMAC of the tenant and both
+// QP addresses under the cluster secret, gives both hosts the same values
+// from the QP attributes alone. Requests posted by the QP go out as
+// transport messages; their completions come back through the loop and
+// complete the requests. Requests from the peer go, packet by packet,
+// straight into the local device's memory through its
+// fabric.StreamResponder (Begin, Place in any order, Commit in order,
+// Release), adapted to the transport's Sink.
+//
+// Invariants:
+//   - Post never waits for the I/O loop: it appends to a submission
+//     queue under small locks that nothing holds while waiting, so the
+//     engine may call it holding its data-path gate while the loop waits
+//     for that gate inside a StreamResponder call.
+//   - Every posted request completes exactly once, in posting order per
+//     QP: from the loop (transport completions), at once inside Post
+//     (unreachable, refused before it was queued), or inside Disconnect
+//     (OutcomeFlushed).
+//   - StreamResponder and Incoming methods are called only from the loop
+//     goroutine, with the endpoint's main lock held; Disconnect (and an
+//     unregister, and Close) wait for such a call in progress, then
+//     release the connection's open Incomings; afterwards none of its
+//     Incomings or its responder is called again. These must therefore
+//     not be called with the engine's gate held.
+//   - A packet of another tenant or with the wrong connection id or
+//     token is dropped and counted (Stats); nothing else changes.
+//   - The Completer is called with no lock of this package or the
+//     endpoint held except the endpoint's delivery lock; it must not call
+//     Disconnect or Close.
+package remote

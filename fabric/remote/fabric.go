@@ -1,0 +1,366 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/transport"
+	"github.com/vstellar/vstellar/transport/endpoint"
+	"github.com/vstellar/vstellar/transport/udp"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// Errors, wrapped with the connection or GID they are about.
+var (
+	// ErrNoRoute: no peer's prefix holds the destination GID.
+	ErrNoRoute = errors.New("remote: no peer serves the GID")
+	// ErrIDInUse: the derived connection id is another live
+	// connection's (a 32-bit collision, or the same QP pair twice).
+	ErrIDInUse = errors.New("remote: connection id in use")
+	// ErrNotRegistered: Connect for a local GID no device registered.
+	ErrNotRegistered = errors.New("remote: local GID not registered")
+	// ErrNotStreaming: the local GID's responder cannot take requests in
+	// pieces (it does not implement fabric.StreamResponder).
+	ErrNotStreaming = errors.New("remote: responder is not a fabric.StreamResponder")
+	// ErrConnected: Connect for a QP connected to another peer.
+	ErrConnected = errors.New("remote: QP connected elsewhere")
+	// ErrClosed: the Fabric is closed.
+	ErrClosed = errors.New("remote: fabric closed")
+)
+
+// Fabric is the cross-host fabric: fabric.Local for the GIDs of this host,
+// and a transport connection per connected QP pair for the others.
+type Fabric struct {
+	cfg      Config
+	log      *slog.Logger
+	local    *fabric.Local
+	sock     *udp.Conn
+	ep       *endpoint.Endpoint
+	overhead int
+
+	// Read lock-free by Post; written under cmu, copy-on-write.
+	regs   atomic.Pointer[map[abi.GID]fabric.Responder]
+	conns  atomic.Pointer[map[fabric.Addr]*conn] // by the local QP
+	routes atomic.Pointer[[]Peer]                // longest prefix first
+
+	// cmu serialises the control calls (Register and its undo, Connect,
+	// Disconnect, SetPeers, Close). Neither Post nor the loop takes it,
+	// so holding it while waiting for the loop is safe.
+	cmu    sync.Mutex
+	closed bool
+
+	rmu       sync.Mutex // Run's state
+	running   bool
+	stopped   bool // Close was called
+	runCancel context.CancelFunc
+	runDone   chan struct{}
+}
+
+var (
+	_ fabric.Fabric    = (*Fabric)(nil)
+	_ fabric.Connector = (*Fabric)(nil)
+)
+
+// New validates cfg and opens the socket. Run drives it.
+func New(cfg Config) (*Fabric, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	sock, err := udp.Listen(context.Background(), udp.Config{Addr: cfg.Listen, Paths: cfg.Paths, RecvBuffer: cfg.SocketBuffer, SendBuffer: cfg.SocketBuffer, Logger: cfg.Log})
+	if err != nil {
+		return nil, fmt.Errorf("remote: Listen %v: %w", cfg.Listen, err)
+	}
+	f := &Fabric{cfg: cfg, log: cfg.Log, local: fabric.NewLocal(), sock: sock, ep: endpoint.New(sock, cfg.Log), overhead: overhead(cfg.Listen)}
+	regs := map[abi.GID]fabric.Responder{}
+	f.regs.Store(&regs)
+	conns := map[fabric.Addr]*conn{}
+	f.conns.Store(&conns)
+	f.routes.Store(&cfg.Peers)
+	f.log.Info("remote fabric listening", "addr", f.Addr(), "paths", cfg.Paths, "gid_prefix", cfg.GIDPrefix, "peers", len(cfg.Peers))
+	return f, nil
+}
+
+// Addr returns the bound address of path 0.
+func (f *Fabric) Addr() netip.AddrPort { return f.sock.LocalAddr(0) }
+
+// Run drives the connections until ctx ends or Close is called (then it
+// returns nil). It must run for as long as connections are to make
+// progress: a request posted while it does not run completes only when
+// its connection is disconnected.
+func (f *Fabric) Run(ctx context.Context) error {
+	f.rmu.Lock()
+	switch {
+	case f.stopped:
+		f.rmu.Unlock()
+		return fmt.Errorf("remote: Run: %w", ErrClosed)
+	case f.running:
+		f.rmu.Unlock()
+		return errors.New("remote: Run: already running")
+	}
+	ctx2, cancel := context.WithCancel(ctx)
+	f.running, f.runCancel, f.runDone = true, cancel, make(chan struct{})
+	done := f.runDone
+	f.rmu.Unlock()
+	defer close(done)
+	err := f.ep.Run(ctx2)
+	f.rmu.Lock()
+	stopped := f.stopped
+	f.rmu.Unlock()
+	cancel()
+	if stopped && ctx.Err() == nil {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remote: %w", err)
+	}
+	return nil
+}
+
+// Close disconnects every connection (their requests complete
+// OutcomeFlushed), stops Run and closes the socket.
+func (f *Fabric) Close() error {
+	f.cmu.Lock()
+	if f.closed {
+		f.cmu.Unlock()
+		return nil
+	}
+	f.closed = true
+	for _, c := range *f.conns.Load() {
+		f.disconnect(c)
+	}
+	f.cmu.Unlock()
+	f.rmu.Lock()
+	f.stopped = true
+	cancel, done := f.runCancel, f.runDone
+	f.rmu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	if err := f.sock.Close(); err != nil {
+		return fmt.Errorf("remote: close: %w", err)
+	}
+	f.log.Info("remote fabric closed", "addr", f.Addr())
+	return nil
+}
+
+// Stats are the fabric's counters, for monitoring.
+type Stats struct {
+	// Connections is the number of live QP connections.
+	Connections int
+	// Received and Sent count datagrams; SendErrors those the kernel
+	// would not send (no route to a peer, a firewall).
+	Received, Sent, SendErrors uint64
+	// Malformed: datagrams that did not parse. UnknownConn: for no live
+	// connection. Foreign: for a live connection id with the wrong
+	// tenant or token (forged, or a misconfigured peer). Refused: every
+	// datagram a connection refused, Foreign included.
+	Malformed, UnknownConn, Foreign, Refused uint64
+}
+
+// Stats returns the counters.
+func (f *Fabric) Stats() Stats {
+	st := f.ep.Stats()
+	return Stats{
+		Connections: len(*f.conns.Load()),
+		Received:    st.Received, Sent: st.Sent, SendErrors: st.SendErrors,
+		Malformed: st.Malformed, UnknownConn: st.UnknownConn, Foreign: st.Foreign, Refused: st.Refused,
+	}
+}
+
+// Route returns the address of the peer serving gid: the peer whose
+// prefix holds it, the longest if several do.
+func (f *Fabric) Route(gid abi.GID) (netip.AddrPort, bool) {
+	a := netip.AddrFrom16(gid)
+	for _, p := range *f.routes.Load() {
+		if p.GIDPrefix.Contains(a) {
+			return p.Addr, true
+		}
+	}
+	return netip.AddrPort{}, false
+}
+
+// SetPeers replaces the peers (validated as Config.Peers). It changes
+// where later Connects go; live connections keep their peer.
+func (f *Fabric) SetPeers(peers []Peer) error {
+	ps, err := checkPeers(peers, f.cfg.GIDPrefix, f.cfg.Listen)
+	if err != nil {
+		return err
+	}
+	f.cmu.Lock()
+	defer f.cmu.Unlock()
+	f.routes.Store(&ps)
+	return nil
+}
+
+// isLocal reports a GID of this host: in its prefix, or registered here.
+func (f *Fabric) isLocal(gid abi.GID) bool {
+	if _, ok := (*f.regs.Load())[gid]; ok {
+		return true
+	}
+	return f.cfg.GIDPrefix.Contains(netip.AddrFrom16(gid))
+}
+
+// Register implements fabric.Fabric: r serves gid for this host's
+// devices (through fabric.Local) and for connections from other hosts
+// (which need r to be a fabric.StreamResponder). Unregistering also
+// disconnects the connections of QPs sending from gid, so that r is not
+// called again once it returns.
+func (f *Fabric) Register(gid abi.GID, r fabric.Responder) (func(), error) {
+	f.cmu.Lock()
+	defer f.cmu.Unlock()
+	if f.closed {
+		return nil, fmt.Errorf("remote: register gid %x: %w", gid[:], ErrClosed)
+	}
+	unreg, err := f.local.Register(gid, r)
+	if err != nil {
+		return nil, err
+	}
+	regs := maps.Clone(*f.regs.Load())
+	regs[gid] = r
+	f.regs.Store(&regs)
+	var once sync.Once
+	return func() { once.Do(func() { f.unregister(gid, unreg) }) }, nil
+}
+
+func (f *Fabric) unregister(gid abi.GID, unreg func()) {
+	f.cmu.Lock()
+	regs := maps.Clone(*f.regs.Load())
+	delete(regs, gid)
+	f.regs.Store(&regs)
+	for a, c := range *f.conns.Load() {
+		if a.GID == gid {
+			f.disconnect(c)
+		}
+	}
+	f.cmu.Unlock()
+	unreg() // waits for Local's calls in flight
+}
+
+// Connect implements fabric.Connector. The first call for a QP (at RTR)
+// makes its transport connection; the second (at RTS, Send set) applies
+// the QP's retry_cnt and rnr_retry. A peer on this host needs nothing.
+func (f *Fabric) Connect(c fabric.Connection) error {
+	f.cmu.Lock()
+	defer f.cmu.Unlock()
+	if f.closed {
+		return fmt.Errorf("remote: connect %v: %w", c, ErrClosed)
+	}
+	r, ok := (*f.regs.Load())[c.Local.GID]
+	if !ok {
+		return fmt.Errorf("remote: connect %v: %w", c, ErrNotRegistered)
+	}
+	old := (*f.conns.Load())[c.Local]
+	if f.isLocal(c.Remote.GID) {
+		if old != nil {
+			return fmt.Errorf("remote: connect %v: connected to %v: %w", c, old.remote, ErrConnected)
+		}
+		return nil // the in-process fabric carries it
+	}
+	if old != nil {
+		if old.remote != c.Remote || old.tenant != c.Tenant {
+			return fmt.Errorf("remote: connect %v: connected to %v tenant %d: %w", c, old.remote, old.tenant, ErrConnected)
+		}
+		if c.Send {
+			retry, rnr := limits(c)
+			if err := f.ep.SetLimits(old.id, retry, rnr); err != nil {
+				return fmt.Errorf("remote: connect %v: %w", c, err)
+			}
+		}
+		return nil
+	}
+	sr, ok := r.(fabric.StreamResponder)
+	if !ok {
+		return fmt.Errorf("remote: connect %v: %w", c, ErrNotStreaming)
+	}
+	peer, ok := f.Route(c.Remote.GID)
+	if !ok {
+		return fmt.Errorf("remote: connect %v: gid %v: %w", c, netip.AddrFrom16(c.Remote.GID), ErrNoRoute)
+	}
+	payload := min(f.cfg.Transport.MaxPayload, f.cfg.MTU-f.overhead)
+	if c.MTU > 0 {
+		payload = min(payload, int(c.MTU)-f.overhead)
+	}
+	if payload < 64 {
+		return fmt.Errorf("remote: connect %v: path MTU %d leaves %d bytes of payload, want at least 64", c, c.MTU, payload)
+	}
+	tc := f.cfg.Transport
+	tc.Tenant = c.Tenant
+	tc.LocalConn, tc.LocalToken = identity(f.cfg.Secret, c.Tenant, c.Remote, c.Local)
+	tc.RemoteConn, tc.RemoteToken = identity(f.cfg.Secret, c.Tenant, c.Local, c.Remote)
+	tc.MaxPayload = payload
+	// One source port per connection, spread by its id, as ECMP spreads
+	// RoCE flows.
+	tc.Path = transport.SinglePath{Entropy: uint16(tc.LocalConn)}
+	if c.Send {
+		tc.RetryLimit, tc.RNRRetry = limits(c)
+	}
+	cn := newConn(f, c, tc.LocalConn, sr)
+	t, err := transport.NewConn(tc, &cn.sink)
+	if err != nil {
+		return fmt.Errorf("remote: connect %v: %w", c, err)
+	}
+	if err := f.ep.Add(tc.LocalConn, t, peer, f.cfg.Paths, cn.done); err != nil {
+		if errors.Is(err, endpoint.ErrExists) {
+			return fmt.Errorf("remote: connect %v: id %#x: %w", c, tc.LocalConn, ErrIDInUse)
+		}
+		return fmt.Errorf("remote: connect %v: %w", c, err)
+	}
+	conns := maps.Clone(*f.conns.Load())
+	conns[c.Local] = cn
+	f.conns.Store(&conns)
+	f.log.Debug("remote: connected", "conn", c, "peer", peer, "id", tc.LocalConn, "payload", payload)
+	return nil
+}
+
+// limits maps a QP's retry_cnt and rnr_retry (0..7) onto the transport's
+// (1..7; rnr_retry 7 is for ever in both).
+func limits(c fabric.Connection) (retry, rnr int) {
+	return min(max(1, int(c.RetryCnt)), 7), min(max(1, int(c.RNRRetry)), 7)
+}
+
+// Disconnect implements fabric.Connector: local's requests complete
+// OutcomeFlushed before it returns, and its responder's Incomings are
+// released and not called again.
+func (f *Fabric) Disconnect(local fabric.Addr) {
+	f.cmu.Lock()
+	defer f.cmu.Unlock()
+	if c := (*f.conns.Load())[local]; c != nil {
+		f.disconnect(c)
+	}
+}
+
+// disconnect ends c. Called with cmu.
+func (f *Fabric) disconnect(c *conn) {
+	conns := maps.Clone(*f.conns.Load())
+	delete(conns, c.local)
+	f.conns.Store(&conns)
+	c.close()
+	f.log.Debug("remote: disconnected", "local", c.local, "remote", c.remote)
+}
+
+// Post implements fabric.Fabric. A destination on this host goes
+// through fabric.Local (completing before Post returns); one elsewhere
+// through the connection of req.Src, which must be connected to req.Dst
+// (else OutcomeUnreachable at once). Post never waits for the I/O loop:
+// it queues the request and the loop completes it later.
+func (f *Fabric) Post(req *fabric.Request, c fabric.Completer) {
+	if f.isLocal(req.Dst.GID) {
+		f.local.Post(req, c)
+		return
+	}
+	cn := (*f.conns.Load())[req.Src]
+	if cn == nil || cn.remote != req.Dst {
+		c.Complete(req, fabric.OutcomeUnreachable)
+		return
+	}
+	cn.post(req, c)
+}

@@ -1,0 +1,86 @@
+package fabric
+
+import "fmt"
+
+// The streaming side of the seam: a request from another host arrives in
+// packets, in any order, and lands straight in guest memory, so the
+// responder cannot take it in one call as Respond does.
+
+// StreamResponder is a Responder that also takes requests whose payload
+// arrives in pieces. Its methods, and those of the Incoming it returns,
+// may wait briefly for a control change of the responder's device (they
+// take its data-path gate shared, where Respond only tries it): call them
+// only from a goroutine that the device never waits for while it holds
+// that gate (the cross-host fabric's I/O loop).
+type StreamResponder interface {
+	Responder
+	// Begin checks req exactly as Respond would before any byte moves
+	// (QP, state, peer, rkey, access, range; for SEND, SEND_IMM and
+	// WRITE_IMM the receive WQE it will consume: the one req.RecvAhead
+	// past the next unconsumed one) and prepares the target, pinning it.
+	// req.Local is nil: the payload is to come. It returns an Incoming
+	// and OutcomeOK, or the refusal (OutcomeRNR with req.RNRTimer set
+	// when that receive WQE is not posted yet) and nil. Nothing of a
+	// refused request takes effect.
+	Begin(req *Request) (Incoming, Outcome)
+}
+
+// Incoming is one accepted request, between Begin and its end.
+type Incoming interface {
+	// Place copies b to offset off of the message, at most once per
+	// byte, in any order. false: the target went away since Begin (the
+	// guest's memory changed, the QP was reset); nothing more of it may
+	// be placed, and it ends with Release, uncommitted.
+	Place(off uint64, b []byte) bool
+	// Commit executes the request, once, when all of it is placed and
+	// every earlier request of its connection is committed: a receive
+	// WQE is consumed and its CQE written, an atomic performed (Value
+	// returns the word before it). A refusal here (the target went away)
+	// means nothing took effect.
+	Commit() Outcome
+	// Value is an atomic's result, after Commit.
+	Value() uint64
+	// ReadAt reads a committed READ's source for its response: the
+	// responder's memory at offset off of the read. false: that memory
+	// went away, and the response must not be sent.
+	ReadAt(p []byte, off uint64) bool
+	// Release ends the request, committed or not, and drops its pins. A
+	// READ's ReadAt stays valid after it (a response may be resent long
+	// after the commit) but no longer holds pins.
+	Release()
+}
+
+// Connector is implemented by fabrics that keep state per connected QP,
+// such as the cross-host fabric's transport connection per QP pair. The
+// engine calls Connect when a QP enters RTR (from then on it knows its
+// peer and must take that peer's requests) and again when it enters RTS
+// (with the send side's attributes), and Disconnect when the QP goes back
+// to RESET or is destroyed. It calls neither with its gate held.
+type Connector interface {
+	// Connect makes or updates the connection of c.Local with c.Remote.
+	// It fails (and changes nothing) if the peer is unreachable by
+	// configuration or the connection cannot be made.
+	Connect(c Connection) error
+	// Disconnect ends local's connection: every request it had posted
+	// completes (OutcomeFlushed) before Disconnect returns, and no
+	// Incoming of it is called afterwards.
+	Disconnect(local Addr)
+}
+
+// Connection describes a connected RC QP pair, from the local side.
+type Connection struct {
+	Local, Remote Addr
+	// Tenant is the local device's tenant; both ends must agree.
+	Tenant uint32
+	// Send is false at RTR (receive only), true from RTS.
+	Send bool
+	// RetryCnt and RNRRetry are the QP's retry_cnt and rnr_retry (IB:
+	// 0..7, rnr_retry 7 is for ever), meaningful when Send is true.
+	RetryCnt, RNRRetry uint8
+	// MTU is the path MTU in bytes (path_mtu).
+	MTU uint32
+}
+
+func (c Connection) String() string {
+	return fmt.Sprintf("%v<->%v tenant %d", c.Local, c.Remote, c.Tenant)
+}
