@@ -24,14 +24,15 @@
 //	    path it replaces (MTT, shared ATC, IOMMU page walk) as devices grow.
 //
 //	vstellar-bench wire [--quick] [--json]
-//	    WRITE goodput (64 KiB..4 MiB) and 8-byte WRITE latency through the
-//	    transport between two network namespaces, beside raw batched UDP
-//	    between the same sockets.
+//	    RDMA WRITE goodput (64 KiB..4 MiB, several RC QPs) and 8-byte WRITE
+//	    latency between two VMs on two hosts (two network namespaces, each
+//	    an in-process vstellard with its cross-host fabric), beside the
+//	    transport alone and raw batched UDP between the same namespaces.
 //
 //	vstellar-bench loss [--quick] [--json]
-//	    Transport goodput under random loss (1/16384..1/256) on a 1 Gb/s
-//	    two-namespace link, selective repeat vs go-back-N, as a fraction of
-//	    lossless. Needs root.
+//	    VM-to-VM WRITE goodput under random loss (1/16384..1/256) on a
+//	    1 Gb/s two-namespace link, selective repeat vs go-back-N, as a
+//	    fraction of lossless. Needs root.
 package main
 
 import (
@@ -63,8 +64,8 @@ var suites = []suite{
 	{"startup", "VMM connect to a ready device, pinning all guest memory vs on demand", runStartup},
 	{"regmr", "REG_MR latency on demand vs pinning at registration, and first-touch cost", runRegMR},
 	{"translate", "eMTT translation vs MTT + shared ATC + IOMMU walk as devices grow", runTranslate},
-	{"wire", "transport WRITE goodput and latency between two hosts vs raw batched UDP", runWire},
-	{"loss", "transport goodput under loss, selective repeat vs go-back-N (needs root)", runLoss},
+	{"wire", "VM-to-VM WRITE goodput and latency across two hosts vs raw batched UDP", runWire},
+	{"loss", "VM-to-VM goodput under loss, selective repeat vs go-back-N (needs root)", runLoss},
 }
 
 // errUsage marks a suite's error about its flags: exit status 2, as for
