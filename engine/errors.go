@@ -1,11 +1,10 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
-	"runtime"
 	"runtime/debug"
 
+	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -21,19 +20,6 @@ func wrapStatus(err error, format string, args ...any) error {
 	return fmt.Errorf("engine: %s: %w: %w", fmt.Sprintf(format, args...), err, abi.StatusFor(err))
 }
 
-// isMemoryFault reports whether a recovered panic value is a memory fault
-// turned into a panic by debug.SetPanicOnFault (guest memory whose file
-// was truncated under us): such panics carry the faulting address. Other
-// panics are bugs and are re-raised.
-func isMemoryFault(r any) bool {
-	re, ok := r.(runtime.Error)
-	if !ok {
-		return false
-	}
-	var addr interface{ Addr() uintptr }
-	return errors.As(re, &addr)
-}
-
 // touchGuest runs fn, which touches guest memory (the doorbell region,
 // rings) from a control-path goroutine, with a memory fault turned into
 // an error wrapping abi.StatusBadAddress instead of a crash of the whole
@@ -45,7 +31,7 @@ func touchGuest(what string, fn func()) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			if !isMemoryFault(r) {
+			if !guestmem.IsFault(r) {
 				panic(r)
 			}
 			err = statusErr(abi.StatusBadAddress, "%s: guest memory fault: %v", what, r)

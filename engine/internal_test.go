@@ -175,8 +175,8 @@ func FuzzSendWQE(f *testing.F) {
 				t.Fatalf("accepted SGE %+v (region %+v, err %v)", s, r, err)
 			}
 		}
-		if sum != total || viewsLen(views) != total {
-			t.Fatalf("total %d, SGEs %d, views %d", total, sum, viewsLen(views))
+		if sum != total || guestmem.ViewsLen(views) != total {
+			t.Fatalf("total %d, SGEs %d, views %d", total, sum, guestmem.ViewsLen(views))
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -168,7 +169,7 @@ func (e *Engine) recoverFault() {
 	if r == nil {
 		return
 	}
-	if !isMemoryFault(r) {
+	if !guestmem.IsFault(r) {
 		panic(r)
 	}
 	e.memoryFaulted(fmt.Sprint(r))

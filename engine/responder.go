@@ -55,7 +55,7 @@ func (e *Engine) respond(req *fabric.Request) (out fabric.Outcome) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			if !isMemoryFault(r) {
+			if !guestmem.IsFault(r) {
 				panic(r)
 			}
 			e.log.Error("memory fault while responding", "qpn", q.qpn, "op", req.Op, "err", fmt.Sprint(r))
@@ -91,9 +91,9 @@ func (e *Engine) respond(req *fabric.Request) (out fabric.Outcome) {
 func localLenOK(req *fabric.Request) bool {
 	switch req.Op {
 	case fabric.OpCmpSwap, fabric.OpFetchAdd:
-		return req.Len == 8 && viewsLen(req.Local) == 8
+		return req.Len == 8 && guestmem.ViewsLen(req.Local) == 8
 	}
-	return req.Len <= maxMessage && viewsLen(req.Local) == req.Len
+	return req.Len <= maxMessage && guestmem.ViewsLen(req.Local) == req.Len
 }
 
 // translateRemote checks an rkey access and returns the views of our

@@ -64,12 +64,3 @@ func copyViews(dst, src []guestmem.View) uint64 {
 	}
 	return total
 }
-
-// viewsLen is the total length of vs.
-func viewsLen(vs []guestmem.View) uint64 {
-	var n uint64
-	for _, v := range vs {
-		n += v.Len()
-	}
-	return n
-}

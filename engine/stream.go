@@ -147,7 +147,7 @@ func (e *Engine) begin(req *fabric.Request) (_ fabric.Incoming, out fabric.Outco
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			if !isMemoryFault(r) {
+			if !guestmem.IsFault(r) {
 				panic(r)
 			}
 			e.log.Error("memory fault while beginning a request", "qpn", q.qpn, "op", req.Op, "err", fmt.Sprint(r))
@@ -293,7 +293,7 @@ func (in *incoming) live() bool {
 // as defer in.guard(&ok, "place").
 func (in *incoming) guard(ok *bool, what string) {
 	if r := recover(); r != nil {
-		if !isMemoryFault(r) {
+		if !guestmem.IsFault(r) {
 			panic(r)
 		}
 		in.e.log.Error("memory fault on a streamed request", "qpn", in.q.qpn, "op", in.op, "step", what, "err", fmt.Sprint(r))

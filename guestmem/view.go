@@ -58,3 +58,12 @@ func (v View) CopyOut(dst []byte, off uint64) int { return copy(dst, v.b[off:]) 
 
 // CopyIn copies src into the view at off and returns the bytes copied.
 func (v View) CopyIn(off uint64, src []byte) int { return copy(v.b[off:], src) }
+
+// ViewsLen is the total length of vs, one buffer in pieces.
+func ViewsLen(vs []View) uint64 {
+	var n uint64
+	for _, v := range vs {
+		n += v.Len()
+	}
+	return n
+}

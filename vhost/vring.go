@@ -514,11 +514,11 @@ func (r *vring) process() (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
-			f, ok := p.(interface{ Addr() uintptr })
+			addr, ok := guestmem.FaultAddr(p)
 			if !ok {
 				panic(p)
 			}
-			err = fmt.Errorf("memory fault at %#x while processing queue %d: %v", f.Addr(), r.idx, p)
+			err = fmt.Errorf("memory fault at %#x while processing queue %d: %v", addr, r.idx, p)
 		}
 	}()
 	return r.s.dev.ProcessQueue(r.s.ctx, r.idx, r.q, r.mem)

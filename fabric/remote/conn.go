@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/transport/wire"
 )
@@ -77,7 +78,7 @@ func (c *conn) post(req *fabric.Request, comp fabric.Completer) {
 			return
 		}
 		m.Len = 8
-	case viewsLen(req.Local) < req.Len:
+	case guestmem.ViewsLen(req.Local) < req.Len:
 		// The buffers cannot hold the message: better refused now than
 		// failing the connection at the first packet.
 		comp.Complete(req, fabric.OutcomeLocalError)
@@ -150,7 +151,7 @@ func (c *conn) done(tc transport.Completion) {
 		// in-process responder writes it.
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], tc.Value)
-		if !writeViews(req.Local, 0, b[:min(8, viewsLen(req.Local))]) {
+		if !writeViews(req.Local, 0, b[:min(8, guestmem.ViewsLen(req.Local))]) {
 			o = fabric.OutcomeLocalError
 		}
 	}

@@ -1,46 +1,31 @@
 package remote
 
 import (
-	"errors"
-	"runtime"
 	"runtime/debug"
 
 	"github.com/vstellar/vstellar/guestmem"
 )
 
-// viewsLen is the total length of vs.
-func viewsLen(vs []guestmem.View) uint64 {
-	var n uint64
-	for _, v := range vs {
-		n += v.Len()
-	}
-	return n
-}
-
 // readViews fills p with the bytes of vs (one buffer in pieces) at off.
 // false: the range is not all there, or the memory behind it faulted
 // (the guest's memory file was truncated under us).
-func readViews(vs []guestmem.View, p []byte, off uint64) (ok bool) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer recoverFault(&ok)
-	for _, v := range vs {
-		if len(p) == 0 {
-			break
-		}
-		if n := v.Len(); off >= n {
-			off -= n
-			continue
-		}
-		p = p[v.CopyOut(p, off):]
-		off = 0
-	}
-	return len(p) == 0
-}
+func readViews(vs []guestmem.View, p []byte, off uint64) bool { return copyViews(vs, off, p, false) }
 
 // writeViews copies p into vs at off; false as for readViews.
-func writeViews(vs []guestmem.View, off uint64, p []byte) (ok bool) {
+func writeViews(vs []guestmem.View, off uint64, p []byte) bool { return copyViews(vs, off, p, true) }
+
+// copyViews copies between p and the bytes of vs at off: into vs if
+// into, else out of them.
+func copyViews(vs []guestmem.View, off uint64, p []byte, into bool) (ok bool) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer recoverFault(&ok)
+	defer func() {
+		if r := recover(); r != nil {
+			if !guestmem.IsFault(r) {
+				panic(r)
+			}
+			ok = false
+		}
+	}()
 	for _, v := range vs {
 		if len(p) == 0 {
 			break
@@ -49,23 +34,12 @@ func writeViews(vs []guestmem.View, off uint64, p []byte) (ok bool) {
 			off -= n
 			continue
 		}
-		p = p[v.CopyIn(off, p):]
+		if into {
+			p = p[v.CopyIn(off, p):]
+		} else {
+			p = p[v.CopyOut(p, off):]
+		}
 		off = 0
 	}
 	return len(p) == 0
-}
-
-// recoverFault turns a memory fault (a panic carrying the faulting
-// address, which debug.SetPanicOnFault makes of a SIGBUS) into ok =
-// false. Any other panic is a bug and goes on.
-func recoverFault(ok *bool) {
-	r := recover()
-	if r == nil {
-		return
-	}
-	var addr interface{ Addr() uintptr }
-	if re, isRE := r.(runtime.Error); !isRE || !errors.As(re, &addr) {
-		panic(r)
-	}
-	*ok = false
 }
