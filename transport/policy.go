@@ -11,22 +11,24 @@ package transport
 // PathSelector picks the path (the UDP source-port entropy index) of
 // every packet and learns from what happens on each path.
 type PathSelector interface {
-	// SelectPath returns the path for the packet psn; retx says it is a
-	// retransmission (a spraying policy may avoid the path that lost it).
-	SelectPath(psn uint32, retx bool) uint16
-	// OnAck reports an RTT sample (ns) for a packet sent on path.
-	OnAck(path uint16, rtt int64)
-	// OnLoss reports a packet sent on path declared lost.
-	OnLoss(path uint16)
+	// SelectPath returns the path for the packet psn sent at now; retx
+	// says it is a retransmission (a spraying policy may avoid the path
+	// that lost it).
+	SelectPath(now int64, psn uint32, retx bool) uint16
+	// OnAck reports, at now, an RTT sample (ns) for a packet sent on
+	// path.
+	OnAck(now int64, path uint16, rtt int64)
+	// OnLoss reports, at now, a packet sent on path declared lost.
+	OnLoss(now int64, path uint16)
 }
 
 // CongestionControl bounds the packets in flight.
 type CongestionControl interface {
 	// Window is the number of packets that may be in flight now.
 	Window() int
-	// OnAck reports newly acknowledged packets and an RTT sample (ns, 0
-	// if none) at time now.
-	OnAck(now int64, acked int, rtt int64)
+	// OnAck reports, at now, newly acknowledged packets and an RTT
+	// sample (ns, 0 if none) taken on path.
+	OnAck(now int64, path uint16, acked int, rtt int64)
 	// OnLoss reports packets declared lost (by SACK or reordering time).
 	OnLoss(now int64, lost int)
 	// OnTimeout reports a retransmission timeout.
@@ -38,13 +40,13 @@ type CongestionControl interface {
 type SinglePath struct{ Entropy uint16 }
 
 // SelectPath implements PathSelector.
-func (s SinglePath) SelectPath(uint32, bool) uint16 { return s.Entropy }
+func (s SinglePath) SelectPath(int64, uint32, bool) uint16 { return s.Entropy }
 
 // OnAck implements PathSelector.
-func (SinglePath) OnAck(uint16, int64) {}
+func (SinglePath) OnAck(int64, uint16, int64) {}
 
 // OnLoss implements PathSelector.
-func (SinglePath) OnLoss(uint16) {}
+func (SinglePath) OnLoss(int64, uint16) {}
 
 // FixedWindow allows a fixed number of packets in flight: no congestion
 // control beyond the connection's window (the next issue brings Swift and
@@ -58,7 +60,7 @@ func NewFixedWindow(n int) *FixedWindow { return &FixedWindow{n: n} }
 func (w *FixedWindow) Window() int { return w.n }
 
 // OnAck implements CongestionControl.
-func (*FixedWindow) OnAck(int64, int, int64) {}
+func (*FixedWindow) OnAck(int64, uint16, int, int64) {}
 
 // OnLoss implements CongestionControl.
 func (*FixedWindow) OnLoss(int64, int) {}

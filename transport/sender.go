@@ -221,7 +221,7 @@ func (s *sender) transmit(c *Conn, now int64, buf []byte) ([]byte, uint16, bool)
 func (s *sender) send(c *Conn, now int64, psn uint32, buf []byte, retx bool) ([]byte, uint16, bool) {
 	p := s.pkt(psn)
 	m := s.msg(p.msn)
-	p.path = s.cfg.Path.SelectPath(psn, retx)
+	p.path = s.cfg.Path.SelectPath(now, psn, retx)
 	p.sentAt, p.state = now, pktInFlight
 	p.tx++
 	s.inFlight++
@@ -283,10 +283,11 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 		return fmt.Errorf("ack %d outside [%d, %d]: %w", a.Cum, s.una, s.nxt, ErrInvalid)
 	}
 	c.st.AcksReceived++
+	var rtt int64
 	if p.Ack.EchoTS > 0 && p.Ack.EchoTS <= now {
-		rtt := now - p.Ack.EchoTS
+		rtt = now - p.Ack.EchoTS
 		s.sampleRTT(rtt)
-		c.cfg.Path.OnAck(p.Path, rtt)
+		c.cfg.Path.OnAck(now, p.Path, rtt)
 	}
 	acked := 0
 	for psn := s.una; wire.SeqLess(psn, a.Cum); psn++ {
@@ -306,7 +307,7 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 		s.una++
 	}
 	if progress {
-		c.cfg.CC.OnAck(now, acked, now-p.Ack.EchoTS)
+		c.cfg.CC.OnAck(now, p.Path, acked, rtt)
 		s.retries = 0
 		s.rto = s.rtoValue()
 		if s.inFlight > 0 {
@@ -409,7 +410,7 @@ func (s *sender) detectLosses(c *Conn, now int64) {
 		byCount := p.tx == 1 && s.highAcked-psn >= uint32(c.cfg.DupThresh)
 		byTime := p.sentAt < s.rackSentAt && p.sentAt+reo <= now
 		if byCount || byTime {
-			s.lose(c, psn)
+			s.lose(c, now, psn)
 			lost++
 			continue
 		}
@@ -433,7 +434,7 @@ func (s *sender) goBack(c *Conn, now int64, a *wire.Ack, progress bool) {
 	if progress || s.gbnActive || s.inFlight == 0 || a.Cum != s.una {
 		return
 	}
-	n := s.loseAll(c)
+	n := s.loseAll(c, now)
 	s.gbnActive, s.gbnRecover = true, s.nxt
 	if n > 0 {
 		c.st.FastRetransmits += uint64(n)
@@ -442,7 +443,7 @@ func (s *sender) goBack(c *Conn, now int64, a *wire.Ack, progress bool) {
 }
 
 // lose declares packet psn lost and queues it for retransmission.
-func (s *sender) lose(c *Conn, psn uint32) {
+func (s *sender) lose(c *Conn, now int64, psn uint32) {
 	p := s.pkt(psn)
 	if p.state == pktInFlight {
 		s.inFlight--
@@ -451,15 +452,15 @@ func (s *sender) lose(c *Conn, psn uint32) {
 		s.lost++
 	}
 	p.state = pktLost
-	c.cfg.Path.OnLoss(p.path)
+	c.cfg.Path.OnLoss(now, p.path)
 }
 
 // loseAll declares every packet in flight lost.
-func (s *sender) loseAll(c *Conn) int {
+func (s *sender) loseAll(c *Conn, now int64) int {
 	n := 0
 	for psn := s.una; psn != s.nxt; psn++ {
 		if s.pkt(psn).state == pktInFlight {
-			s.lose(c, psn)
+			s.lose(c, now, psn)
 			n++
 		}
 	}
@@ -572,7 +573,7 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 			return
 		}
 		c.cfg.CC.OnTimeout(now)
-		s.loseAll(c)
+		s.loseAll(c, now)
 		s.gbnActive = false
 		s.rto = min(2*s.rto, dur(c.cfg.RTOMax))
 		s.rtoAt = now + s.rto
