@@ -77,7 +77,9 @@ type Connection struct {
 	// RetryCnt and RNRRetry are the QP's retry_cnt and rnr_retry (IB:
 	// 0..7, rnr_retry 7 is for ever), meaningful when Send is true.
 	RetryCnt, RNRRetry uint8
-	// MTU is the path MTU in bytes (path_mtu).
+	// MTU is the QP's path MTU in bytes (path_mtu). fabric/remote sizes
+	// its packets by the host network's MTU instead: an RC message is
+	// delivered whole, so the guest cannot see how it was cut.
 	MTU uint32
 }
 

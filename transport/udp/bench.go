@@ -126,6 +126,8 @@ type LatencyResult struct {
 	N                  int
 	Min, P50, P99, Max time.Duration
 	Mean               time.Duration
+	// RTTs are the samples, sorted (for pooling several runs).
+	RTTs []time.Duration
 }
 
 // PingPong measures n round trips of one size-byte datagram (at least 8:
@@ -226,5 +228,6 @@ func summarize(rtts []time.Duration) LatencyResult {
 		P99:  rtts[(n-1)*99/100],
 		Max:  rtts[n-1],
 		Mean: sum / time.Duration(n),
+		RTTs: rtts,
 	}
 }
