@@ -130,7 +130,8 @@ type Host struct {
 	port *port // the host's interface on the link
 }
 
-// Name is the host's name within its bed ("a" or "b" for TwoHost).
+// Name is the host's name within its bed ("a" or "b" for TwoHost,
+// "h<leaf>-<i>" for LeafSpine).
 func (h *Host) Name() string { return h.name }
 
 // Namespace is the namespace name under /run/netns (usable with `ip netns`).
@@ -252,7 +253,8 @@ func TwoHost(ctx context.Context, opts Options) (_ *Bed, err error) {
 	// A default route through the peer lets a host reach any address over
 	// its only link, like a host behind a gateway.
 	defRoute := netip.MustParsePrefix("0.0.0.0/0")
-	if err := errors.Join(pa.addRoute(defRoute, addrB.Addr()), pb.addRoute(defRoute, addrA.Addr())); err != nil {
+	if err := errors.Join(pa.addRoute(defRoute, addrB.Addr()), pb.addRoute(defRoute, addrA.Addr()),
+		pa.addNeighbour(addrB.Addr()), pb.addNeighbour(addrA.Addr())); err != nil {
 		return nil, err
 	}
 	if err := step("route"); err != nil {

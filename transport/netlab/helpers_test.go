@@ -30,8 +30,12 @@ func TestMain(m *testing.M) {
 		crashChild(p)
 		return
 	}
+	if p := os.Getenv(crashFabricEnv); p != "" {
+		crashFabricChild(p)
+		return
+	}
 	if Available() == nil {
-		for _, sub := range []string{"", "close", "fail", "crash", "bad", "delay"} {
+		for _, sub := range []string{"", "close", "fail", "crash", "bad", "delay", "ls", "lsfail", "lsbad", "lscrash"} {
 			if removed, err := Cleanup(testPrefix + sub); err != nil || len(removed) > 0 {
 				fmt.Fprintf(os.Stderr, "netlab: removed stale test namespaces %v (err %v)\n", removed, err)
 			}

@@ -168,6 +168,23 @@ func (p *port) addRoute(dst netip.Prefix, gw netip.Addr) error {
 	return nil
 }
 
+// addNeighbour records the peer end's address and MAC as a permanent
+// neighbour, so the link needs no ARP: on a lossy link a lost ARP
+// exchange would otherwise stall the first datagrams for a second or more
+// (the kernel's retransmit time), and an address change never happens in
+// a bed.
+func (p *port) addNeighbour(ip netip.Addr) error {
+	peer, err := p.peer.ns.nl.LinkByIndex(p.peer.index)
+	if err != nil {
+		return fmt.Errorf("netlab: %s: peer link: %w", p, err)
+	}
+	n := netlink.Neigh{LinkIndex: p.index, State: netlink.NUD_PERMANENT, IP: ip.AsSlice(), HardwareAddr: peer.Attrs().HardwareAddr}
+	if err := p.ns.nl.NeighSet(&n); err != nil {
+		return fmt.Errorf("netlab: %s: neighbour %s: %w", p, ip, err)
+	}
+	return nil
+}
+
 // remove takes down what the bed put on the device (qdiscs, the loss
 // filter and its BPF map) and deletes the device. A link already gone,
 // e.g. because its peer was deleted first, is not an error.
