@@ -71,7 +71,9 @@ type Config struct {
 
 	// Path picks each packet's path; default SinglePath{}.
 	Path PathSelector
-	// CC bounds what is in flight; default a FixedWindow of Window.
+	// CC bounds what is in flight; default a FixedWindow of Window
+	// (transport/cc builds Swift and CUBIC). A CC that is also a Pacer
+	// spaces the data packets.
 	CC CongestionControl
 }
 

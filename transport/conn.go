@@ -117,6 +117,9 @@ func (c *Conn) Transmit(now int64, buf []byte) (pkt []byte, path uint16, ok bool
 }
 
 // Timeout is the next time HandleTimeout must be called (ok false: none).
+// It includes the pacing deadline: when the CC is a Pacer and a packet
+// waits only for it, the time it may leave, after which the driver calls
+// HandleTimeout and then Transmit.
 func (c *Conn) Timeout() (at int64, ok bool) {
 	if c.failed {
 		return 0, false
@@ -125,7 +128,8 @@ func (c *Conn) Timeout() (at int64, ok bool) {
 }
 
 // HandleTimeout runs the timers due at now: retransmission timeout,
-// reordering time, receiver-not-ready waits.
+// reordering time, receiver-not-ready waits, the pacing deadline (which
+// only lets Transmit send again).
 func (c *Conn) HandleTimeout(now int64) {
 	if !c.failed {
 		c.tx.handleTimeout(c, now)

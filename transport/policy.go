@@ -26,13 +26,35 @@ type PathSelector interface {
 type CongestionControl interface {
 	// Window is the number of packets that may be in flight now.
 	Window() int
-	// OnAck reports, at now, newly acknowledged packets and an RTT
-	// sample (ns, 0 if none) taken on path.
+	// OnAck reports, at now, acked newly acknowledged packets last sent
+	// on path, and the RTT sample (ns, 0 if none) taken on path. One
+	// acknowledgement may give several calls, one per run of packets
+	// sent on the same path; the sample comes with the first call for
+	// its path (or alone, with acked 0, if none of the packets it
+	// acknowledges went on that path).
 	OnAck(now int64, path uint16, acked int, rtt int64)
-	// OnLoss reports packets declared lost (by SACK or reordering time).
-	OnLoss(now int64, lost int)
-	// OnTimeout reports a retransmission timeout.
+	// OnLoss reports, at now, one packet declared lost (by SACK, the
+	// reordering time or go-back-N; not by a timeout, which OnTimeout
+	// reports) that was last sent on path at sentAt: a controller that
+	// reduces once per congestion event ignores a loss of a packet sent
+	// before its last reduction.
+	OnLoss(now int64, path uint16, sentAt int64)
+	// OnTimeout reports a retransmission timeout: nothing was
+	// acknowledged for an RTO, on any path.
 	OnTimeout(now int64)
+}
+
+// Pacer is what a CongestionControl may also implement to space the
+// connection's data packets (first transmissions and retransmissions;
+// acknowledgements are never paced): after sending one of n bytes, the
+// connection sends no other before PacingGap has passed. A window below
+// one packet needs it (Swift sends one packet every srtt/cwnd); a
+// controller may also pace generally, at its window per RTT.
+type Pacer interface {
+	// PacingGap is the time (ns) to leave after a data packet of n
+	// bytes, given the connection's smoothed RTT srtt (ns, 0 before the
+	// first sample); 0 or less: no pacing.
+	PacingGap(srtt int64, n int) int64
 }
 
 // SinglePath sends everything on one path, as RoCE's ECMP hashing puts a
@@ -49,7 +71,7 @@ func (SinglePath) OnAck(int64, uint16, int64) {}
 func (SinglePath) OnLoss(int64, uint16) {}
 
 // FixedWindow allows a fixed number of packets in flight: no congestion
-// control beyond the connection's window (the next issue brings Swift and
+// control beyond the connection's window (transport/cc has Swift and
 // CUBIC).
 type FixedWindow struct{ n int }
 
@@ -63,7 +85,7 @@ func (w *FixedWindow) Window() int { return w.n }
 func (*FixedWindow) OnAck(int64, uint16, int, int64) {}
 
 // OnLoss implements CongestionControl.
-func (*FixedWindow) OnLoss(int64, int) {}
+func (*FixedWindow) OnLoss(int64, uint16, int64) {}
 
 // OnTimeout implements CongestionControl.
 func (*FixedWindow) OnTimeout(int64) {}

@@ -91,11 +91,30 @@ type sender struct {
 	pending           []response // responses waiting for room
 	// peerCommitted: the receiver committed every msn below it.
 	peerCommitted uint32
+
+	// Pacing (if the CC is a Pacer): no data packet leaves before
+	// paceNext; paceAt is paceNext while a packet waits for it (the
+	// deadline Timeout reports), else 0.
+	pacer            Pacer
+	paceNext, paceAt int64
+	ackRun           ackRun
+}
+
+// ackRun gathers, within one acknowledgement, consecutive newly
+// acknowledged packets sent on one path, so the CC hears of them per
+// path without a per-path table.
+type ackRun struct {
+	path     uint16
+	n        int
+	rttPath  uint16 // the path the RTT sample was taken on
+	rtt      int64  // the sample, until a run of rttPath carries it
+	progress bool   // any packet newly acknowledged
 }
 
 func (s *sender) init(cfg *Config) {
 	s.cfg = cfg
 	s.rto = dur(cfg.RTOInit)
+	s.pacer, _ = cfg.CC.(Pacer)
 }
 
 func (s *sender) msg(msn uint32) *outMsg { return &s.msgs[msn%maxMessages] }
@@ -175,9 +194,55 @@ func (s *sender) window() int {
 }
 
 func (s *sender) transmit(c *Conn, now int64, buf []byte) ([]byte, uint16, bool) {
+	s.paceAt = 0
 	if s.inFlight >= s.window() {
 		return nil, 0, false
 	}
+	if s.lost == 0 && !s.haveNew() {
+		return nil, 0, false
+	}
+	if s.pacer != nil && now < s.paceNext {
+		// Something waits for the pacer only: Timeout wakes the driver
+		// then.
+		s.paceAt = s.paceNext
+		return nil, 0, false
+	}
+	pkt, path, ok := s.transmitData(c, now, buf)
+	if ok && s.pacer != nil {
+		s.paced(now, len(pkt))
+	}
+	return pkt, path, ok
+}
+
+// haveNew reports whether a new packet may be sent (window room and a
+// message not fully sent), moving cur to that message.
+func (s *sender) haveNew() bool {
+	if s.nxt-s.una >= uint32(s.cfg.Window) {
+		return false
+	}
+	for s.cur != s.msnNxt && s.msg(s.cur).allSent {
+		s.cur++
+	}
+	return s.cur != s.msnNxt
+}
+
+// paced moves the pacing slot past a packet of n bytes sent at now. A
+// send later than its slot (a late timer, or idleness) keeps up to half
+// a gap of credit, as Linux TCP's internal pacing does, so a driver
+// whose timers fire late does not lose rate, and an idle connection does
+// not burst.
+func (s *sender) paced(now int64, n int) {
+	gap := s.pacer.PacingGap(s.srtt, n)
+	if gap <= 0 {
+		s.paceNext = 0
+		return
+	}
+	s.paceNext = max(s.paceNext, now-gap/2) + gap
+}
+
+// transmitData sends a retransmission or, if none waits, a new packet;
+// the window and the pacer allow one.
+func (s *sender) transmitData(c *Conn, now int64, buf []byte) ([]byte, uint16, bool) {
 	// Retransmissions first, oldest first: the lost packets of the
 	// window (at most maxWindow to look at).
 	if s.lost > 0 {
@@ -189,14 +254,8 @@ func (s *sender) transmit(c *Conn, now int64, buf []byte) ([]byte, uint16, bool)
 			}
 		}
 	}
-	if s.nxt-s.una >= uint32(s.cfg.Window) {
-		return nil, 0, false
-	}
 	// New data: the next packet of the first message not fully sent.
-	for s.cur != s.msnNxt && s.msg(s.cur).allSent {
-		s.cur++
-	}
-	if s.cur == s.msnNxt {
+	if !s.haveNew() {
 		return nil, 0, false
 	}
 	m := s.msg(s.cur)
@@ -289,9 +348,9 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 		s.sampleRTT(rtt)
 		c.cfg.Path.OnAck(now, p.Path, rtt)
 	}
-	acked := 0
+	s.ackRun = ackRun{rttPath: p.Path, rtt: rtt}
 	for psn := s.una; wire.SeqLess(psn, a.Cum); psn++ {
-		acked += s.markAcked(psn)
+		s.markAcked(c, now, psn)
 	}
 	for i := uint32(0); i < wire.SACKBits; i++ {
 		psn := a.Cum + 1 + i
@@ -299,15 +358,19 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 			break
 		}
 		if a.SACK[i/64]&(1<<(i%64)) != 0 {
-			acked += s.markAcked(psn)
+			s.markAcked(c, now, psn)
 		}
 	}
-	progress := acked > 0
+	progress := s.ackRun.progress
 	for s.una != s.nxt && s.pkt(s.una).state == pktAcked {
 		s.una++
 	}
 	if progress {
-		c.cfg.CC.OnAck(now, p.Path, acked, rtt)
+		s.flushAckRun(c, now)
+		if r := &s.ackRun; r.rtt > 0 {
+			// No packet it acknowledged went on the sample's path.
+			c.cfg.CC.OnAck(now, r.rttPath, 0, r.rtt)
+		}
 		s.retries = 0
 		s.rto = s.rtoValue()
 		if s.inFlight > 0 {
@@ -363,15 +426,22 @@ func (s *sender) completeCommitted(c *Conn, now int64, committed uint32) {
 	s.postPending()
 }
 
-// markAcked marks psn acknowledged and reports 1 if it was not.
-func (s *sender) markAcked(psn uint32) int {
+// markAcked marks psn acknowledged, if it was not, and adds it to the
+// acknowledgement's runs.
+func (s *sender) markAcked(c *Conn, now int64, psn uint32) {
 	if !inRange(psn, s.una, s.nxt) {
-		return 0
+		return
 	}
 	p := s.pkt(psn)
 	if p.state == pktAcked {
-		return 0
+		return
 	}
+	r := &s.ackRun
+	if r.n > 0 && r.path != p.path {
+		s.flushAckRun(c, now)
+	}
+	r.path, r.progress = p.path, true
+	r.n++
 	switch p.state {
 	case pktInFlight:
 		s.inFlight--
@@ -385,7 +455,21 @@ func (s *sender) markAcked(psn uint32) int {
 	if !s.haveHigh || wire.SeqLess(s.highAcked, psn) {
 		s.highAcked, s.haveHigh = psn, true
 	}
-	return 1
+}
+
+// flushAckRun tells the CC of the current run, with the RTT sample if
+// the run is on its path and no earlier run took it.
+func (s *sender) flushAckRun(c *Conn, now int64) {
+	r := &s.ackRun
+	if r.n == 0 {
+		return
+	}
+	rtt := int64(0)
+	if r.rtt > 0 && r.path == r.rttPath {
+		rtt, r.rtt = r.rtt, 0
+	}
+	c.cfg.CC.OnAck(now, r.path, r.n, rtt)
+	r.n = 0
 }
 
 // detectLosses declares lost (selective repeat) every packet in flight
@@ -410,7 +494,7 @@ func (s *sender) detectLosses(c *Conn, now int64) {
 		byCount := p.tx == 1 && s.highAcked-psn >= uint32(c.cfg.DupThresh)
 		byTime := p.sentAt < s.rackSentAt && p.sentAt+reo <= now
 		if byCount || byTime {
-			s.lose(c, now, psn)
+			s.lose(c, now, psn, true)
 			lost++
 			continue
 		}
@@ -418,10 +502,7 @@ func (s *sender) detectLosses(c *Conn, now int64) {
 			s.rackAt = p.sentAt + reo
 		}
 	}
-	if lost > 0 {
-		c.st.FastRetransmits += uint64(lost)
-		c.cfg.CC.OnLoss(now, lost)
-	}
+	c.st.FastRetransmits += uint64(lost)
 }
 
 // goBack implements go-back-N: an acknowledgement that does not move
@@ -434,16 +515,14 @@ func (s *sender) goBack(c *Conn, now int64, a *wire.Ack, progress bool) {
 	if progress || s.gbnActive || s.inFlight == 0 || a.Cum != s.una {
 		return
 	}
-	n := s.loseAll(c, now)
+	n := s.loseAll(c, now, true)
 	s.gbnActive, s.gbnRecover = true, s.nxt
-	if n > 0 {
-		c.st.FastRetransmits += uint64(n)
-		c.cfg.CC.OnLoss(now, n)
-	}
+	c.st.FastRetransmits += uint64(n)
 }
 
-// lose declares packet psn lost and queues it for retransmission.
-func (s *sender) lose(c *Conn, now int64, psn uint32) {
+// lose declares packet psn lost and queues it for retransmission; cc
+// says the CC hears of it (a timeout's losses it hears as the timeout).
+func (s *sender) lose(c *Conn, now int64, psn uint32, cc bool) {
 	p := s.pkt(psn)
 	if p.state == pktInFlight {
 		s.inFlight--
@@ -453,14 +532,17 @@ func (s *sender) lose(c *Conn, now int64, psn uint32) {
 	}
 	p.state = pktLost
 	c.cfg.Path.OnLoss(now, p.path)
+	if cc {
+		c.cfg.CC.OnLoss(now, p.path, p.sentAt)
+	}
 }
 
 // loseAll declares every packet in flight lost.
-func (s *sender) loseAll(c *Conn, now int64) int {
+func (s *sender) loseAll(c *Conn, now int64, cc bool) int {
 	n := 0
 	for psn := s.una; psn != s.nxt; psn++ {
 		if s.pkt(psn).state == pktInFlight {
-			s.lose(c, now, psn)
+			s.lose(c, now, psn, cc)
 			n++
 		}
 	}
@@ -521,7 +603,7 @@ func (s *sender) nak(c *Conn, now int64, a *wire.Ack) {
 
 func (s *sender) timeout() (int64, bool) {
 	at := int64(0)
-	for _, t := range [...]int64{s.rtoAt, s.rackAt, s.rnrAt, s.respAt} {
+	for _, t := range [...]int64{s.rtoAt, s.rackAt, s.rnrAt, s.respAt, s.paceAt} {
 		if t != 0 && (at == 0 || t < at) {
 			at = t
 		}
@@ -530,6 +612,10 @@ func (s *sender) timeout() (int64, bool) {
 }
 
 func (s *sender) handleTimeout(c *Conn, now int64) {
+	if s.paceAt != 0 && now >= s.paceAt {
+		// The driver transmits next; Transmit sets it again if it must.
+		s.paceAt = 0
+	}
 	if s.rnrAt != 0 && now >= s.rnrAt {
 		s.rnrAt = 0
 		for psn := s.una; psn != s.nxt; psn++ {
@@ -573,7 +659,7 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 			return
 		}
 		c.cfg.CC.OnTimeout(now)
-		s.loseAll(c, now)
+		s.loseAll(c, now, false)
 		s.gbnActive = false
 		s.rto = min(2*s.rto, dur(c.cfg.RTOMax))
 		s.rtoAt = now + s.rto
@@ -591,7 +677,7 @@ func (s *sender) flush(c *Conn, st Status) {
 		s.msnUna++
 	}
 	s.pending = nil
-	s.rtoAt, s.rackAt, s.rnrAt, s.respAt = 0, 0, 0, 0
+	s.rtoAt, s.rackAt, s.rnrAt, s.respAt, s.paceAt = 0, 0, 0, 0, 0
 	s.lost = 0
 }
 
