@@ -38,7 +38,20 @@ type Config struct {
 	// Events receives asynchronous events (CQ notifications, CQ overflow,
 	// QP fatal). It may be called from any goroutine and must not block.
 	Events func(abi.Event)
+	// QuiesceTimeout bounds how long a control change that must see no
+	// request in flight (SetMemory, Stop, a QP's RESET or destroy) waits
+	// for one on an asynchronous fabric (default DefaultQuiesceTimeout).
+	// A QP whose request is still out then (a dead peer within its retry
+	// limit, or a SEND waiting with rnr_retry 7 for a receive its peer
+	// never posts) goes to ERR with a QP_FATAL event, its connection is
+	// closed, and the request completes WR_FLUSH_ERR.
+	QuiesceTimeout time.Duration
 }
+
+// DefaultQuiesceTimeout is Config.QuiesceTimeout's default: longer than
+// a transport's whole retry budget on a healthy network, short enough
+// that a VMM's stop or memory change does not hang on a dead peer.
+const DefaultQuiesceTimeout = 2 * time.Second
 
 // CQSpec describes a CQ to create.
 type CQSpec struct {
@@ -79,6 +92,9 @@ type Stats struct {
 	Wakeups, Sleeps          uint64
 	Retries, RNRNaks         uint64
 	BadWQEs, CQOverflows     uint64
+	// Abandoned counts QPs put in error because a request in flight
+	// outlived Config.QuiesceTimeout.
+	Abandoned uint64
 }
 
 var _ fabric.StreamResponder = (*Engine)(nil)

@@ -95,6 +95,7 @@ type stats struct {
 	wakeups, sleeps          atomic.Uint64
 	retries, rnrNaks         atomic.Uint64
 	badWQEs, cqOverflows     atomic.Uint64
+	abandoned                atomic.Uint64
 }
 
 func newEngine(cfg Config) *Engine {
@@ -191,6 +192,7 @@ func (e *Engine) stats() Stats {
 		Wakeups: s.wakeups.Load(), Sleeps: s.sleeps.Load(),
 		Retries: s.retries.Load(), RNRNaks: s.rnrNaks.Load(),
 		BadWQEs: s.badWQEs.Load(), CQOverflows: s.cqOverflows.Load(),
+		Abandoned: s.abandoned.Load(),
 	}
 }
 

@@ -200,7 +200,16 @@ func (e *Engine) wake() {
 // new request in between. So it checks again with the gate held, where no
 // pass runs and so nothing new is posted, and if something slipped in,
 // lets go and waits again. Caller holds mu.
+//
+// It waits at most QuiesceTimeout: a QP still busy then is abandoned
+// (abandon), so a dead peer or a receiver that never posts cannot hang
+// the control path.
 func (e *Engine) lockQuiet(only *qp) {
+	timeout := e.cfg.QuiesceTimeout
+	if timeout <= 0 {
+		timeout = DefaultQuiesceTimeout
+	}
+	deadline := time.Now().Add(timeout)
 	for {
 		e.gate.Lock()
 		busy := e.busyQP(only)
@@ -211,7 +220,26 @@ func (e *Engine) lockQuiet(only *qp) {
 			return
 		}
 		e.gate.Unlock()
-		e.waitIdle(busy)
+		if !e.waitIdle(busy, deadline) {
+			e.abandon(busy)
+		}
+	}
+}
+
+// abandon gives up on q's request in flight: q goes to ERR (QP_FATAL) so
+// no pass starts another, a pass barrier on the gate lets any pass that
+// is posting finish, and closing its connection makes the fabric
+// complete the request (flushed) before Disconnect returns. Caller holds
+// mu, not the gate.
+func (e *Engine) abandon(q *qp) {
+	e.log.Warn("request in flight outlived the quiesce timeout: qp to error", "qpn", q.qpn, "timeout", e.cfg.QuiesceTimeout)
+	e.st.abandoned.Add(1)
+	e.qpFailed(q, abi.WCWRFlushErr)
+	e.gate.Lock() // the barrier
+	e.gate.Unlock()
+	if cn := e.connector(); cn != nil && q.connected {
+		cn.Disconnect(q.conn.Local)
+		q.connected = false
 	}
 }
 

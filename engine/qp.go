@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
@@ -439,11 +440,15 @@ func (e *Engine) resetQP(q *qp) {
 // waitIdle waits until q has no request in flight on an asynchronous
 // fabric (the fabric still holds views of its memory then). The local
 // fabric completes before Post returns, so this never waits for it.
-func (e *Engine) waitIdle(q *qp) {
+func (e *Engine) waitIdle(q *qp, deadline time.Time) bool {
 	for q.inflight.Load() && q.outcome.Load() == 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
 		e.kick()
 		sleepBriefly()
 	}
+	return true
 }
 
 // queryQP implements QueryQP.

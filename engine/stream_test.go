@@ -966,3 +966,58 @@ func TestStreamedRequestOnTruncatedMemory(t *testing.T) {
 	wr.Release()
 	rd.Release()
 }
+
+// TestQuiesceTimeout: a memory change while the fabric holds a request
+// that never completes (a dead peer, a receiver that never posts) waits
+// QuiesceTimeout, not for ever: the QP goes to ERR with QP_FATAL, its
+// connection is closed, and the request completes WR_FLUSH_ERR. The
+// device's other QP, idle, is untouched.
+func TestQuiesceTimeout(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	f := newStreamFabric(t)
+	a := enginetest.NewGuest(t, f, "a", enginetest.Options{Tenant: 7, QuiesceTimeout: timeout})
+	b := enginetest.NewGuest(t, f, "b", enginetest.Options{Tenant: 7})
+	ca, cb := a.CreateCQ(64), b.CreateCQ(64)
+	qa, qb := a.CreateQP(pd, ca, ca, enginetest.QPOpts{}), b.CreateQP(pd, cb, cb, enginetest.QPOpts{})
+	idle, peer := a.CreateQP(pd, ca, ca, enginetest.QPOpts{}), b.CreateQP(pd, cb, cb, enginetest.QPOpts{})
+	enginetest.Connect(qa, qb, enginetest.DefaultConn)
+	enginetest.Connect(idle, peer, enginetest.DefaultConn)
+	src, dst := a.NewBuf(pd, 0, 4096), b.NewBuf(pd, abi.AccessAll, 4096)
+	f.setPaused(true)
+	qa.PostSend(abi.SendWQE{WRID: 1, Opcode: abi.WRRDMAWrite, Flags: abi.SendSignaled, RemoteAddr: dst.GPA, RKey: dst.Key}, []abi.SGE{src.SGE(0, 4096)}, nil)
+	for deadline := time.Now().Add(5 * time.Second); f.queued() == 0; time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the WRITE was not posted")
+		}
+	}
+	start := time.Now()
+	if err := a.Eng.SetMemory(a.Mem); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < timeout || d > timeout+time.Second {
+		t.Fatalf("SetMemory took %v with a request held, want about %v", d, timeout)
+	}
+	expect(t, ca.Wait(), 1, abi.WCWRFlushErr, abi.WCRDMAWrite)
+	a.WaitEvent(abi.EventQPFatal, qa.QPN)
+	if resp, err := a.Eng.QueryQP(qa.QPN); err != nil || resp.Attr.State != abi.QPStateErr {
+		t.Fatalf("qp after the timeout: %+v, %v", resp.Attr, err)
+	}
+	if resp, err := a.Eng.QueryQP(idle.QPN); err != nil || resp.Attr.State != abi.QPStateRTS {
+		t.Fatalf("the idle qp: %+v, %v", resp.Attr, err)
+	}
+	if n := a.Eng.Stats().Abandoned; n != 1 {
+		t.Fatalf("%d QPs abandoned, want 1", n)
+	}
+	if _, discs := f.calls(); len(discs) != 1 || discs[0] != (fabric.Addr{GID: a.GID, QPN: qa.QPN}) {
+		t.Fatalf("disconnects %v", discs)
+	}
+	f.setPaused(false)
+	// Without a request in flight the next change does not wait.
+	start = time.Now()
+	if err := a.Eng.SetMemory(a.Mem); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > timeout/2 {
+		t.Fatalf("SetMemory took %v with nothing in flight", d)
+	}
+}

@@ -37,6 +37,8 @@ type Options struct {
 	Memfd     bool   // back RAM with a memfd (so a test can truncate it)
 	PinBudget uint64 // bytes the device may pin (0: no limit)
 	Tenant    uint32 // the device's tenant (engine.Config.Tenant)
+	// QuiesceTimeout is engine.Config.QuiesceTimeout (0: the default).
+	QuiesceTimeout time.Duration
 }
 
 // Guest is one simulated guest with its device's engine.
@@ -111,7 +113,7 @@ func NewGuest(t testing.TB, fab fabric.Fabric, name string, o Options) *Guest {
 		t.Fatalf("pin cache: %v", err)
 	}
 	g.MTT = emtt.New(Limits.MaxMR, g.Pins)
-	g.Eng = engine.New(engine.Config{Name: name, Limits: Limits, MTT: g.MTT, Fabric: fab, GID: g.GID, Tenant: o.Tenant, Events: g.onEvent})
+	g.Eng = engine.New(engine.Config{Name: name, Limits: Limits, MTT: g.MTT, Fabric: fab, GID: g.GID, Tenant: o.Tenant, Events: g.onEvent, QuiesceTimeout: o.QuiesceTimeout})
 	if err := g.Eng.Start(g.Mem, g.DB.View(), g.Layout); err != nil {
 		t.Fatalf("start: %v", err)
 	}
