@@ -323,7 +323,7 @@ func runLoss(ctx context.Context, o options, r *report) error {
 	var t *table
 	for _, mode := range []string{"selective", "go-back-n"} {
 		key := map[string]string{"selective": "sack", "go-back-n": "gbn"}[mode]
-		fracs, base, where, err := lossRun(ctx, mode, rates, size, qps, d)
+		fracs, sent, base, where, err := lossRun(ctx, mode, rates, size, qps, d)
 		if err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
@@ -334,12 +334,14 @@ func runLoss(ctx context.Context, o options, r *report) error {
 		row := []string{mode, fmt.Sprintf("%.3f", base)}
 		for i, n := range rates {
 			r.set(fmt.Sprintf("%s_frac_%d", key, n), fracs[i])
-			row = append(row, fmt.Sprintf("%.3f", fracs[i]))
+			r.set(fmt.Sprintf("%s_wire_%d", key, n), sent[i])
+			row = append(row, fmt.Sprintf("%.3f (%.2f)", fracs[i], sent[i]))
 		}
 		t.row(row...)
 	}
 	r.note("each point runs %v: %d RC QP pair(s) between a VM on each host, 1 MiB WRITEs, %d posted (one in flight: the engine runs one request per QP at a time); MTU 1500; a fresh pair of hosts per recovery mode", d, qps, vmPerQP)
 	r.note("loss is random per packet, both directions (data and ACKs), from an eBPF program on each veth")
+	r.note("(in brackets, *_wire_* keys: datagrams the sender sent per datagram of goodput, ACKs and retransmissions included)")
 	r.note("goals: sack_frac_1024 >= 0.94, go-back-N visibly worse")
 	return nil
 }
@@ -347,47 +349,56 @@ func runLoss(ctx context.Context, o options, r *report) error {
 // lossRun builds two hosts with the given recovery on a 1 Gb/s link and
 // returns the goodput at each loss rate as a fraction of lossless, the
 // lossless goodput, and where it ran.
-func lossRun(ctx context.Context, recovery string, rates []int, size, qps int, d time.Duration) ([]float64, float64, string, error) {
+// lossPayload is the transport's payload per packet at MTU 1500 over IPv4.
+const lossPayload = 1500 - 28 - wire.HeaderLen - wire.DataLen
+
+func lossRun(ctx context.Context, recovery string, rates []int, size, qps int, d time.Duration) (fracs, sent []float64, base float64, where string, _ error) {
 	vp, err := newVMPair(ctx, hostsim.PairOptions{Net: netlab.Options{Prefix: "vsbench", MTU: 1500, Rate: 1e9}, Recovery: recovery}, qps)
 	if err != nil {
-		return nil, 0, "", err
+		return nil, nil, 0, "", err
 	}
 	defer vp.close()
 	if err := vp.setLoss(0); err != nil {
-		return nil, 0, "", err
+		return nil, nil, 0, "", err
 	}
 	// Warm up (the first run pays neighbour resolution and the RTT
 	// estimator's start), then measure lossless.
 	if _, err := vp.stream(ctx, size, qps, d/2); err != nil {
-		return nil, 0, "", fmt.Errorf("warm-up: %w", err)
+		return nil, nil, 0, "", fmt.Errorf("warm-up: %w", err)
 	}
-	base, err := vp.stream(ctx, size, qps, d)
+	base, err = vp.stream(ctx, size, qps, d)
 	if err != nil {
-		return nil, 0, "", fmt.Errorf("lossless: %w", err)
+		return nil, nil, 0, "", fmt.Errorf("lossless: %w", err)
 	}
 	gs := make([]float64, 0, len(rates))
+	sent = make([]float64, 0, len(rates))
 	for _, n := range rates {
 		if err := vp.setLoss(1 / float64(n)); err != nil {
-			return nil, 0, "", err
+			return nil, nil, 0, "", err
 		}
+		before := vp.p.Hosts[0].Fabric().Stats().Sent
+		t0 := time.Now()
 		g, err := vp.stream(ctx, size, qps, d)
 		if err != nil {
-			return nil, 0, "", fmt.Errorf("at 1/%d: %w", n, err)
+			return nil, nil, 0, "", fmt.Errorf("at 1/%d: %w", n, err)
 		}
+		// Datagrams the sender put on the wire per one the goodput needed.
+		need := g * 1e9 * time.Since(t0).Seconds() / 8 / lossPayload
+		sent = append(sent, float64(vp.p.Hosts[0].Fabric().Stats().Sent-before)/need)
 		gs = append(gs, g)
 	}
 	// Lossless again: the baseline is the better of the two, so a slow
 	// first measurement cannot flatter the lossy ones.
 	if err := vp.setLoss(0); err != nil {
-		return nil, 0, "", err
+		return nil, nil, 0, "", err
 	}
 	again, err := vp.stream(ctx, size, qps, d)
 	if err != nil {
-		return nil, 0, "", fmt.Errorf("lossless again: %w", err)
+		return nil, nil, 0, "", fmt.Errorf("lossless again: %w", err)
 	}
 	base = max(base, again)
 	for i := range gs {
 		gs[i] /= base
 	}
-	return gs, base, vp.p.Where, nil
+	return gs, sent, base, vp.p.Where, nil
 }
