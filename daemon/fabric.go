@@ -12,6 +12,8 @@ import (
 
 	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/transport"
+	"github.com/vstellar/vstellar/transport/cc"
+	"github.com/vstellar/vstellar/transport/pathsel"
 )
 
 // FabricSpec configures the cross-host fabric (package fabric/remote):
@@ -48,6 +50,14 @@ type FabricSpec struct {
 	// Recovery is "selective" (default) or "go-back-n", what hardware
 	// RNICs do (a baseline for measurements).
 	Recovery string `json:"recovery,omitempty"`
+	// Spray is the path selector each connection spreads its packets
+	// over the paths with: "single" (default: one path per connection,
+	// like RoCE's ECMP hashing), "ops", "rr", "dwrr", "bestrtt", "p2c"
+	// or "reps" (docs/transport.md).
+	Spray string `json:"spray,omitempty"`
+	// CC is the congestion controller: "fixed" (default: a fixed
+	// window), "swift" or "cubic".
+	CC string `json:"cc,omitempty"`
 }
 
 const maxSecretLen = 4096
@@ -76,6 +86,20 @@ func (f *FabricSpec) remoteConfig(secret []byte, log *slog.Logger) (remote.Confi
 	}
 	cfg := remote.Config{Listen: f.Listen, Paths: f.Paths, GIDPrefix: f.GIDPrefix, Peers: f.Peers,
 		Secret: secret, MTU: f.MTU, Transport: t, Log: log}
+	if f.Spray != "" {
+		k, err := pathsel.ParseKind(f.Spray)
+		if err != nil {
+			return bad("spray: %v", err)
+		}
+		cfg.Spray.Kind = k
+	}
+	if f.CC != "" {
+		k, err := cc.ParseKind(f.CC)
+		if err != nil {
+			return bad("cc: %v", err)
+		}
+		cfg.CC.Kind = k
+	}
 	if err := cfg.Validate(); err != nil {
 		return bad("%v", err)
 	}

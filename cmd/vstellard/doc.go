@@ -10,7 +10,8 @@
 //	          [--log-format text|json] [--socket-mode MODE]
 //	          [--shutdown-timeout DURATION] [--pin-budget BYTES] [--device NAME]...
 //	          [--fabric-listen IP:PORT --gid-prefix PREFIX --fabric-secret-file FILE
-//	           [--fabric-mtu MTU] [--peer GID_PREFIX=IP:PORT]...] [--version]
+//	           [--fabric-mtu MTU] [--fabric-paths N] [--spray SELECTOR] [--cc CONTROLLER]
+//	           [--peer GID_PREFIX=IP:PORT]...] [--version]
 //
 // The --fabric-* flags (or the config file's "fabric" object, see
 // daemon.FabricSpec) join this host's devices to those of other hosts over

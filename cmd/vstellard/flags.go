@@ -36,16 +36,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		logFormat  = fs.String("log-format", daemon.DefaultLogFormat, "log `format`: text or json")
 		timeout    = fs.Duration("shutdown-timeout", time.Duration(daemon.DefaultShutdownTimeout), "bound on a clean shutdown")
 		pinBudget  = fs.Uint64("pin-budget", 0, "`bytes` of guest memory all devices may keep pinned (0: none for root, else RLIMIT_MEMLOCK)")
-		fabListen  = fs.String("fabric-listen", "", "cross-host fabric: UDP `ip:port` to bind (enables the fabric with --gid-prefix and --fabric-secret-file)")
-		gidPrefix  = fs.String("gid-prefix", "", "cross-host fabric: this host's GID `prefix` (an IPv6 /64)")
-		secretFile = fs.String("fabric-secret-file", "", "cross-host fabric: `file` holding the cluster key")
-		fabMTU     = fs.Int("fabric-mtu", 0, "cross-host fabric: the host network's `MTU` (default 1500)")
 		mode       = daemon.DefaultSocketMode
 		devices    deviceList
-		peers      peerList
+		fab        fabricFlagValues
 		o          options
 	)
-	fs.Var(&peers, "peer", "cross-host fabric: another host, `gid_prefix=ip:port` (repeatable)")
+	fs.StringVar(&fab.listen, "fabric-listen", "", "cross-host fabric: UDP `ip:port` to bind (enables the fabric with --gid-prefix and --fabric-secret-file)")
+	fs.StringVar(&fab.prefix, "gid-prefix", "", "cross-host fabric: this host's GID `prefix` (an IPv6 /64)")
+	fs.StringVar(&fab.secret, "fabric-secret-file", "", "cross-host fabric: `file` holding the cluster key")
+	fs.IntVar(&fab.mtu, "fabric-mtu", 0, "cross-host fabric: the host network's `MTU` (default 1500)")
+	fs.IntVar(&fab.paths, "fabric-paths", 0, "cross-host fabric: `number` of UDP source ports (paths) to spray over (default 1)")
+	fs.StringVar(&fab.spray, "spray", "", "cross-host fabric: path `selector`: single, ops, rr, dwrr, bestrtt, p2c or reps (default single)")
+	fs.StringVar(&fab.cc, "cc", "", "cross-host fabric: congestion `controller`: fixed, swift or cubic (default fixed)")
+	fs.Var(&fab.peers, "peer", "cross-host fabric: another host, `gid_prefix=ip:port` (repeatable)")
 	fs.Var(&mode, "socket-mode", "permission `mode` of device sockets, octal")
 	fs.Var(&devices, "device", "create a device `name`d so at start (repeatable)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -86,7 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err != nil {
 		return o, fmt.Errorf("--run-dir: %w", err)
 	}
-	if err := fabricFlags(fs, &cfg, *fabListen, *gidPrefix, *secretFile, *fabMTU, peers); err != nil {
+	if err := fabricFlags(fs, &cfg, &fab); err != nil {
 		return o, err
 	}
 	for _, name := range devices {
@@ -112,16 +115,23 @@ func (p *peerList) Set(v string) error {
 	return nil
 }
 
-// fabricFlags applies the --fabric-* flags given over the config file's
+// fabricFlagValues are the cross-host fabric's flags.
+type fabricFlagValues struct {
+	listen, prefix, secret, spray, cc string
+	mtu, paths                        int
+	peers                             peerList
+}
+
+// fabricFlags applies the fabric flags given over the config file's
 // "fabric" object (creating it when the file has none).
-func fabricFlags(fs *flag.FlagSet, cfg *daemon.Config, listen, prefix, secret string, mtu int, peers peerList) error {
+func fabricFlags(fs *flag.FlagSet, cfg *daemon.Config, v *fabricFlagValues) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
 		if err != nil {
 			return
 		}
 		switch f.Name {
-		case "fabric-listen", "gid-prefix", "fabric-secret-file", "fabric-mtu", "peer":
+		case "fabric-listen", "gid-prefix", "fabric-secret-file", "fabric-mtu", "fabric-paths", "spray", "cc", "peer":
 		default:
 			return
 		}
@@ -131,19 +141,25 @@ func fabricFlags(fs *flag.FlagSet, cfg *daemon.Config, listen, prefix, secret st
 		fab := cfg.Fabric
 		switch f.Name {
 		case "fabric-listen":
-			if fab.Listen, err = netip.ParseAddrPort(listen); err != nil {
+			if fab.Listen, err = netip.ParseAddrPort(v.listen); err != nil {
 				err = fmt.Errorf("--fabric-listen: %w", err)
 			}
 		case "gid-prefix":
-			if fab.GIDPrefix, err = netip.ParsePrefix(prefix); err != nil {
+			if fab.GIDPrefix, err = netip.ParsePrefix(v.prefix); err != nil {
 				err = fmt.Errorf("--gid-prefix: %w", err)
 			}
 		case "fabric-secret-file":
-			fab.SecretFile, err = filepath.Abs(secret)
+			fab.SecretFile, err = filepath.Abs(v.secret)
 		case "fabric-mtu":
-			fab.MTU = mtu
+			fab.MTU = v.mtu
+		case "fabric-paths":
+			fab.Paths = v.paths
+		case "spray":
+			fab.Spray = v.spray
+		case "cc":
+			fab.CC = v.cc
 		case "peer":
-			fab.Peers = peers
+			fab.Peers = v.peers
 		}
 	})
 	return err

@@ -196,13 +196,14 @@ func TestRunServesRealDeviceUntilSIGTERM(t *testing.T) {
 func TestFabricFlags(t *testing.T) {
 	o, err := parseFlags([]string{"--run-dir", "/run/x", "--fabric-listen", "10.0.0.1:4791", "--gid-prefix", "fd00:0:0:1::/64",
 		"--fabric-secret-file", "/etc/k", "--fabric-mtu", "9000", "--peer", "fd00:0:0:2::/64=10.0.0.2:4791",
-		"--peer", "fd00:0:0:3::/64=10.0.0.3:4791"}, &strings.Builder{})
+		"--peer", "fd00:0:0:3::/64=10.0.0.3:4791", "--fabric-paths", "128", "--spray", "reps", "--cc", "swift"}, &strings.Builder{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := o.cfg.Fabric
 	if f == nil || f.Listen.String() != "10.0.0.1:4791" || f.GIDPrefix.String() != "fd00:0:0:1::/64" || f.SecretFile != "/etc/k" ||
-		f.MTU != 9000 || len(f.Peers) != 2 || f.Peers[1].Addr.String() != "10.0.0.3:4791" {
+		f.MTU != 9000 || len(f.Peers) != 2 || f.Peers[1].Addr.String() != "10.0.0.3:4791" ||
+		f.Paths != 128 || f.Spray != "reps" || f.CC != "swift" {
 		t.Fatalf("fabric %+v", f)
 	}
 	if o, _ := parseFlags([]string{"--run-dir", "/run/x"}, &strings.Builder{}); o.cfg.Fabric != nil {
@@ -213,6 +214,8 @@ func TestFabricFlags(t *testing.T) {
 		{"--gid-prefix", "fd00::/200"},
 		{"--peer", "fd00:0:0:2::/64"},
 		{"--fabric-listen", "10.0.0.1:4791", "--gid-prefix", "fd00:0:0:1::/64"}, // no secret
+		{"--fabric-listen", "10.0.0.1:4791", "--gid-prefix", "fd00:0:0:1::/64", "--fabric-secret-file", "/etc/k", "--spray", "ecmp"},
+		{"--fabric-listen", "10.0.0.1:4791", "--gid-prefix", "fd00:0:0:1::/64", "--fabric-secret-file", "/etc/k", "--cc", "bbr"},
 	} {
 		if _, err := parseFlags(append([]string{"--run-dir", "/run/x"}, args...), &strings.Builder{}); err == nil {
 			t.Errorf("%v accepted", args)

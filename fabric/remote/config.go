@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/vstellar/vstellar/transport"
+	"github.com/vstellar/vstellar/transport/cc"
+	"github.com/vstellar/vstellar/transport/pathsel"
 	"github.com/vstellar/vstellar/transport/udp"
 	"github.com/vstellar/vstellar/transport/wire"
 )
@@ -27,8 +29,18 @@ type Config struct {
 	// Listen is the local UDP address and base port (port 0: any free
 	// range, for tests). Path i is port+i (transport/udp).
 	Listen netip.AddrPort
-	// Paths is the number of UDP source ports (default 1).
+	// Paths is the number of UDP source ports (default 1), the paths a
+	// connection's packets may take through an ECMP network.
 	Paths int
+	// Spray chooses each connection's path selector (package
+	// transport/pathsel): Kind (default Single: one source port per
+	// connection, as RoCE's ECMP hashing puts a flow on one path) and its
+	// tuning. Paths, Seed and Entropy are set per connection (Paths to
+	// the Config's, Seed and Entropy from the connection id).
+	Spray pathsel.Config
+	// CC chooses each connection's congestion controller (package
+	// transport/cc; default a fixed window of Transport.Window).
+	CC cc.Config
 	// SocketBuffer is the receive and send buffer of each path's socket,
 	// in bytes (default DefaultSocketBuffer). With no congestion control
 	// yet, a window of packets per connection arrives in bursts; a
@@ -45,7 +57,7 @@ type Config struct {
 	// All hosts of a cluster must share it.
 	Secret []byte
 	// MTU is the host network's MTU (default 1500): a DATA packet, with
-	// its IP and UDP headers, fits it and the QP's path MTU.
+	// its IP and UDP headers, fits it.
 	MTU int
 	// Transport is the template of every connection: MaxPayload (if
 	// set, a cap below what the MTUs allow),
@@ -183,6 +195,9 @@ func (cfg Config) validate() (Config, error) {
 	if t.MaxPayload == 0 {
 		t.MaxPayload = cfg.MTU - oh
 	}
+	if _, err := cfg.policies(1); err != nil {
+		return cfg, err
+	}
 	if _, err := transport.NewConn(*t, nopSink{}); err != nil {
 		return cfg, fmt.Errorf("remote: Transport: %w", err)
 	}
@@ -190,6 +205,22 @@ func (cfg Config) validate() (Config, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return cfg, nil
+}
+
+// policies returns connection id's path selector and congestion
+// controller, in a copy of the template.
+func (cfg *Config) policies(id uint32) (transport.Config, error) {
+	t := cfg.Transport
+	sp := cfg.Spray
+	sp.Paths, sp.Seed, sp.Entropy = cfg.Paths, uint64(id), uint16(id%uint32(cfg.Paths))
+	var err error
+	if t.Path, err = pathsel.New(sp); err != nil {
+		return t, fmt.Errorf("remote: Spray: %w", err)
+	}
+	if t.CC, err = cc.New(cfg.CC); err != nil {
+		return t, fmt.Errorf("remote: CC: %w", err)
+	}
+	return t, nil
 }
 
 // checkPeers validates peers against the local prefix and the listening

@@ -291,14 +291,15 @@ func (f *Fabric) Connect(c fabric.Connection) error {
 	// MTU's 4096-byte ceiling would halve the payload per packet on a
 	// 9000-byte network. Config.Validate checked the payload is enough.
 	payload := min(f.cfg.Transport.MaxPayload, f.cfg.MTU-f.overhead)
-	tc := f.cfg.Transport
+	id, token := identity(f.cfg.Secret, c.Tenant, c.Remote, c.Local)
+	tc, err := f.cfg.policies(id)
+	if err != nil {
+		return fmt.Errorf("remote: connect %v: %w", c, err)
+	}
 	tc.Tenant = c.Tenant
-	tc.LocalConn, tc.LocalToken = identity(f.cfg.Secret, c.Tenant, c.Remote, c.Local)
+	tc.LocalConn, tc.LocalToken = id, token
 	tc.RemoteConn, tc.RemoteToken = identity(f.cfg.Secret, c.Tenant, c.Local, c.Remote)
 	tc.MaxPayload = payload
-	// One source port per connection, spread by its id, as ECMP spreads
-	// RoCE flows.
-	tc.Path = transport.SinglePath{Entropy: uint16(tc.LocalConn)}
 	if c.Send {
 		tc.RetryLimit, tc.RNRRetry = limits(c)
 	}
