@@ -2,17 +2,13 @@ package hostsim
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 
 	"github.com/vstellar/vstellar/daemon"
-	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/transport/netlab"
 )
 
@@ -46,8 +42,8 @@ type Pair struct {
 	// SetRate and SetLinkUp change the link under running traffic.
 	Bed *netlab.Bed
 	// Where says which network joins the hosts, for reports.
-	Where  string
-	secret string
+	Where string
+	group hostGroup
 }
 
 // NewPair builds the network and starts both hosts.
@@ -58,21 +54,7 @@ func NewPair(ctx context.Context, o PairOptions) (_ *Pair, err error) {
 			p.Close()
 		}
 	}()
-	f, err := os.CreateTemp("", "vstellar-fabric-*.key")
-	if err != nil {
-		return nil, err
-	}
-	p.secret = f.Name()
-	_, err = f.WriteString(rand.Text())
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("hostsim: fabric secret: %w", err)
-	}
-
-	var addrs [2]netip.AddrPort
-	var listenIn [2]func(func() error) error
+	nets := make([]hostNet, 2)
 	if !o.Loopback {
 		if aerr := netlab.Available(); aerr != nil {
 			o.Loopback = true
@@ -83,8 +65,8 @@ func NewPair(ctx context.Context, o PairOptions) (_ *Pair, err error) {
 		if p.Where == "" {
 			p.Where = "loopback"
 		}
-		for i := range addrs {
-			if addrs[i], err = freeUDPPort(); err != nil {
+		for i := range nets {
+			if nets[i].addr, err = freeUDPPort(); err != nil {
 				return nil, err
 			}
 		}
@@ -98,8 +80,7 @@ func NewPair(ctx context.Context, o PairOptions) (_ *Pair, err error) {
 		}
 		hs := p.Bed.Hosts()
 		for i, h := range hs {
-			addrs[i] = netip.AddrPortFrom(h.Addr(), FabricPort)
-			listenIn[i] = h.Do
+			nets[i] = hostNet{addr: netip.AddrPortFrom(h.Addr(), FabricPort), listenIn: h.Do}
 		}
 		p.Where = fmt.Sprintf("two network namespaces joined by a veth, MTU %d", hs[0].MTU())
 		if n.Rate > 0 {
@@ -110,29 +91,12 @@ func NewPair(ctx context.Context, o PairOptions) (_ *Pair, err error) {
 	if o.Net.MTU > 0 && !o.Loopback {
 		mtu = o.Net.MTU
 	}
-	for i := range p.Hosts {
-		spec := &daemon.FabricSpec{
-			Listen:     addrs[i],
-			GIDPrefix:  hostPrefix(i),
-			Peers:      []remote.Peer{{GIDPrefix: hostPrefix(1 - i), Addr: addrs[1-i]}},
-			SecretFile: p.secret,
-			MTU:        mtu,
-			Recovery:   o.Recovery,
-		}
-		log := o.Log
-		if log != nil {
-			log = log.With("host", i+1)
-		}
-		if p.Hosts[i], err = New(ctx, Options{Log: log, Fabric: spec, ListenIn: listenIn[i]}); err != nil {
-			return nil, fmt.Errorf("hostsim: host %d: %w", i+1, err)
-		}
+	err = p.group.start(ctx, nets, daemon.FabricSpec{MTU: mtu, Recovery: o.Recovery}, o.Log)
+	copy(p.Hosts[:], p.group.hosts)
+	if err != nil {
+		return nil, err
 	}
 	return p, nil
-}
-
-// hostPrefix is host i's GID prefix.
-func hostPrefix(i int) netip.Prefix {
-	return netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 7: byte(i + 1)}), 64)
 }
 
 // freeUDPPort finds a free port on 127.0.0.1 (the fallback cannot use one
@@ -149,17 +113,9 @@ func freeUDPPort() (netip.AddrPort, error) {
 
 // Close stops both hosts (their VMs first) and tears the network down.
 func (p *Pair) Close() error {
-	var errs []error
-	for _, h := range p.Hosts {
-		if h != nil {
-			errs = append(errs, h.Close())
-		}
-	}
+	err := p.group.close()
 	if p.Bed != nil {
-		errs = append(errs, p.Bed.Close())
+		err = errors.Join(err, p.Bed.Close())
 	}
-	if p.secret != "" {
-		errs = append(errs, os.Remove(filepath.Clean(p.secret)))
-	}
-	return errors.Join(errs...)
+	return err
 }

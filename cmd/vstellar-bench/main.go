@@ -33,6 +33,16 @@
 //	    VM-to-VM WRITE goodput under random loss (1/16384..1/256) on a
 //	    1 Gb/s two-namespace link, selective repeat vs go-back-N, as a
 //	    fraction of lossless. Needs root.
+//
+//	vstellar-bench spray [--quick] [--json]
+//	    Permutation traffic across a 2-leaf, 4-spine namespace fabric,
+//	    every path selector beside the single path: goodput as a fraction
+//	    of the bisection, and best sprayer / single. Needs root.
+//
+//	vstellar-bench failover [--quick] [--json]
+//	    One leaf->spine link black-holed mid-transfer: time until goodput
+//	    recovers and the fraction of the remaining capacity after, each
+//	    selector beside the single path. Needs root.
 package main
 
 import (
@@ -66,6 +76,8 @@ var suites = []suite{
 	{"translate", "eMTT translation vs MTT + shared ATC + IOMMU walk as devices grow", runTranslate},
 	{"wire", "VM-to-VM WRITE goodput and latency across two hosts vs raw batched UDP", runWire},
 	{"loss", "VM-to-VM goodput under loss, selective repeat vs go-back-N (needs root)", runLoss},
+	{"spray", "leaf-spine permutation goodput per path selector vs single path (needs root)", runSpray},
+	{"failover", "goodput through a black-holed spine, sprayers vs single path (needs root)", runFailover},
 }
 
 // errUsage marks a suite's error about its flags: exit status 2, as for
