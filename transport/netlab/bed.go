@@ -36,9 +36,10 @@ type Options struct {
 	// LossCorrelation in [0, 1) makes losses bursty at the same average
 	// rate (see loss.go); it also applies to later SetLoss calls.
 	LossCorrelation float64
-	// Delay is added one-way to each direction. It needs the netem qdisc;
-	// on kernels without it TwoHost fails with an error wrapping
-	// errors.ErrUnsupported.
+	// Delay is added one way to each direction, 0..MaxDelay. It is done
+	// by a delay line (delay.go: BPF redirect into a tap, held in user
+	// space, no netem or fq needed), which costs a thread per direction
+	// and a few system calls per packet. Bed.SetDelay changes it.
 	Delay time.Duration
 	// Logger receives construction and teardown events (default: discard).
 	Logger *slog.Logger
@@ -83,8 +84,8 @@ func (o Options) withDefaults() (Options, error) {
 	if err := validLoss(o.Loss, o.LossCorrelation); err != nil {
 		return o, err
 	}
-	if o.Delay < 0 || o.Delay > time.Hour {
-		return o, fmt.Errorf("netlab: delay %v outside 0..1h", o.Delay)
+	if err := validDelay(o.Delay); err != nil {
+		return o, err
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -167,7 +168,8 @@ func (h *Host) Do(fn func() error) error {
 
 // TwoHost builds two hosts, "a" and "b", each in its own namespace, joined by
 // a veth pair with an address from opts.Subnet on each end, default routes
-// pointing at each other, and the requested impairments on both directions.
+// pointing at each other, and the requested impairments (rate, loss, delay)
+// on both directions.
 // If anything fails, everything built so far is removed before returning.
 func TwoHost(ctx context.Context, opts Options) (_ *Bed, err error) {
 	o, err := opts.withDefaults()
@@ -261,8 +263,8 @@ func TwoHost(ctx context.Context, opts Options) (_ *Bed, err error) {
 		return nil, err
 	}
 	for _, p := range ports {
-		p.shape = shaping{rate: o.Rate, delay: o.Delay}
-		if o.Rate > 0 || o.Delay > 0 {
+		p.shape = shaping{rate: o.Rate}
+		if o.Rate > 0 {
 			if err := p.applyShaping(); err != nil {
 				return nil, err
 			}
@@ -279,6 +281,16 @@ func TwoHost(ctx context.Context, opts Options) (_ *Bed, err error) {
 		}
 	}
 	if err := step("loss"); err != nil {
+		return nil, err
+	}
+	if o.Delay > 0 {
+		for _, p := range ports {
+			if err := p.setDelay(o.Delay, b.log); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := step("delay"); err != nil {
 		return nil, err
 	}
 	b.log.Info("netlab: two-host bed up", "a", nss[0].name, "b", nss[1].name,
@@ -366,8 +378,35 @@ func (b *Bed) SetRate(h *Host, bitsPerSec uint64) error {
 			p.shape.rate = old.rate
 			return err
 		}
+		if p.delay != nil {
+			return p.delay.setRate(bitsPerSec)
+		}
 		return nil
 	})
+}
+
+// SetDelay sets the one-way delay of traffic leaving h (0..MaxDelay; 0
+// removes it). The new delay applies to packets sent from now on; packets
+// already delayed keep their departure time, and a shorter delay does not
+// let new packets overtake them (except when it is removed altogether,
+// when new packets bypass the line while the last delayed ones drain).
+func (b *Bed) SetDelay(h *Host, d time.Duration) error {
+	if err := validDelay(d); err != nil {
+		return err
+	}
+	return b.modify(h, func(p *port) error { return p.setDelay(d, b.log) })
+}
+
+// delayCounters reports the delay line's counters for traffic leaving h
+// (zero if it never had a delay).
+func (b *Bed) delayCounters(h *Host) (forwarded, dropped uint64, err error) {
+	err = b.modify(h, func(p *port) error {
+		if p.delay != nil {
+			forwarded, dropped = p.delay.counters()
+		}
+		return nil
+	})
+	return forwarded, dropped, err
 }
 
 // lossCounters reports the loss filter's counters for traffic leaving h.
@@ -383,9 +422,10 @@ func (b *Bed) lossCounters(h *Host) (dropped, passed uint64, err error) {
 }
 
 // Close removes everything the bed made: qdiscs, loss filters and their
-// maps, the veth pair and the namespaces. It is idempotent; later calls
-// return nil. Sockets opened inside hosts are not closed (they are the
-// caller's), but they keep only an empty namespace alive.
+// maps, delay lines (threads, tap devices, filters, maps), the veth pair and
+// the namespaces. It is idempotent; later calls return nil. Sockets opened
+// inside hosts are not closed (they are the caller's), but they keep only
+// an empty namespace alive.
 func (b *Bed) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Minimal bpf(2) glue for the loss filter: one array map and one hand
-// assembled SCHED_CLS program. Attribute structs carry pointers as
+// Minimal bpf(2) glue for the loss filter and the delay line: array maps
+// and hand-assembled SCHED_CLS programs. Attribute structs carry pointers as
 // unsafe.Pointer (64-bit only) so the garbage collector tracks them.
 
 const (
@@ -144,24 +144,35 @@ func (in bpfInsn) append(b []byte) []byte {
 	return binary.LittleEndian.AppendUint32(b, uint32(in.imm))
 }
 
-// Opcodes and helpers used by the loss program (include/uapi/linux/bpf.h).
+// Opcodes and helpers used by the programs (include/uapi/linux/bpf.h).
 const (
-	opLdImm64    = 0x18 // BPF_LD | BPF_DW | BPF_IMM, two slots
-	opStW        = 0x62 // BPF_ST | BPF_MEM | BPF_W: *(u32 *)(dst+off) = imm
-	opStDW       = 0x7a // BPF_ST | BPF_MEM | BPF_DW
-	opLdxDW      = 0x79 // BPF_LDX | BPF_MEM | BPF_DW: dst = *(u64 *)(src+off)
-	opAtomicAdd  = 0xdb // BPF_STX | BPF_ATOMIC | BPF_DW, imm = BPF_ADD
-	opMov64Reg   = 0xbf
-	opMov64Imm   = 0xb7
-	opAdd64Imm   = 0x07
-	opJeqImm     = 0x15
-	opJltReg     = 0xad
-	opCall       = 0x85
-	opExit       = 0x95
-	pseudoMapFd  = 1
-	fnMapLookup  = 1
-	fnPrandomU32 = 7
+	opLdImm64     = 0x18 // BPF_LD | BPF_DW | BPF_IMM, two slots
+	opLdxW        = 0x61 // BPF_LDX | BPF_MEM | BPF_W: dst = *(u32 *)(src+off)
+	opStW         = 0x62 // BPF_ST | BPF_MEM | BPF_W: *(u32 *)(dst+off) = imm
+	opStDW        = 0x7a // BPF_ST | BPF_MEM | BPF_DW
+	opLdxDW       = 0x79 // BPF_LDX | BPF_MEM | BPF_DW: dst = *(u64 *)(src+off)
+	opAtomicAdd   = 0xdb // BPF_STX | BPF_ATOMIC | BPF_DW, imm = BPF_ADD
+	opMov64Reg    = 0xbf
+	opMov64Imm    = 0xb7
+	opAdd64Imm    = 0x07
+	opRsh64Imm    = 0x77
+	opAnd64Imm    = 0x57
+	opJeqImm      = 0x15
+	opJltReg      = 0xad
+	opCall        = 0x85
+	opExit        = 0x95
+	pseudoMapFd   = 1
+	fnMapLookup   = 1
+	fnKtimeGetNs  = 5 // CLOCK_MONOTONIC
+	fnPrandomU32  = 7
+	fnSkbVlanPush = 18 // bpf_skb_vlan_push(skb, be16 proto, tci): hw-accel tag
+	fnRedirect    = 23 // bpf_redirect(ifindex, flags): TC_ACT_REDIRECT
 
-	tcActOK   = 0
-	tcActShot = 2
+	tcActUnspec = -1 // go on with the next filter
+	tcActOK     = 0
+	tcActShot   = 2
+
+	// skbIngressIfindex is offsetof(struct __sk_buff, ingress_ifindex):
+	// the device the packet was last received on, 0 if sent locally.
+	skbIngressIfindex = 36
 )

@@ -5,10 +5,15 @@
 //
 // TwoHost makes two hosts, each a named namespace, joined by a veth pair with
 // an IPv4 address on each end, optional rate limit (tbf), random or bursty
-// loss (a small eBPF classifier on clsact egress, so it works on kernels
-// built without netem) and delay (netem, where the kernel has it). Link
-// state, loss and rate can be changed while traffic flows. Host.Do runs code
-// inside a host so a test can open sockets there.
+// loss (a small eBPF classifier on clsact egress) and one-way delay, all
+// per direction and all working on kernels built without netem (and fq).
+// Delay is a delay line (delay.go): an eBPF program on clsact egress stamps
+// each packet and redirects it into a tap device, a dedicated thread holds
+// the frame until its entry time plus the delay and writes it back, and a
+// second program sends it on out of the port; no qdisc such a kernel has
+// can hold a packet for a fixed time. On the wire: rate limit, delay, loss.
+// Link state, loss, rate and delay can be changed while traffic flows.
+// Host.Do runs code inside a host so a test can open sockets there.
 //
 // LeafSpine builds a two-tier Clos fabric from the same pieces: hosts under
 // leaf routers (default 2 leaves x 2 hosts), every leaf joined to every
@@ -37,7 +42,9 @@
 //   - Nothing is left behind. Every resource a Bed or Fabric makes is
 //     recorded on an undo stack as it is made; a construction failure at any
 //     step and Close both unwind that stack, removing qdiscs, BPF filters
-//     and maps, the veth pairs and the namespaces. Close is idempotent.
+//     and maps, delay lines (the thread ends before its fds close; the tap
+//     goes with its fd, so even a crash leaves none), the veth pairs and the
+//     namespaces. Close is idempotent.
 //     Devices are only ever created inside bed namespaces, never in the
 //     caller's.
 //   - Names never collide: "<prefix>-<pid>-<random>-<node>" (node "a",
@@ -54,5 +61,12 @@
 //     callers can fall back to loopback with a clear reason.
 //   - Sysctls are set only inside bed namespaces (routers' forwarding,
 //     rp_filter, ECMP hash), never in the caller's.
+//   - A delayed packet never leaves early (its due time counts from a
+//     stamp taken as it entered, rounded so it can only be late) and a
+//     delay line never reorders (due times never decrease, so shortening
+//     the delay makes new packets wait behind older ones). It is late by
+//     the thread's wake-up latency at most, which it mostly hides by waking
+//     early by the lateness it observes and spinning the rest, spending at
+//     most a quarter of its time spinning.
 //   - Bad options get an error before anything is built.
 package netlab

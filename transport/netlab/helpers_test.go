@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 // crashChild builds a bed with every kind of resource, prints its namespace
 // names and kills itself so nothing gets to clean up.
 func crashChild(prefix string) {
-	bed, err := TwoHost(context.Background(), Options{Prefix: prefix, Rate: 50_000_000, Loss: 0.01})
+	bed, err := TwoHost(context.Background(), Options{Prefix: prefix, Rate: 50_000_000, Loss: 0.01, Delay: time.Millisecond})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
 		os.Exit(3)

@@ -41,11 +41,18 @@ func TestCloseRemovesEverything(t *testing.T) {
 	requireNetlab(t)
 	const prefix = testPrefix + "close"
 	linksBefore := rootLinks(t)
-	bed, err := TwoHost(t.Context(), Options{Prefix: prefix, Rate: 10_000_000, Loss: 0.05})
+	bed, err := TwoHost(t.Context(), Options{Prefix: prefix, Rate: 10_000_000, Loss: 0.05, Delay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := bed.Host("a")
+	var lines []chan struct{} // closed when a delay line's thread has ended
+	for _, h := range bed.Hosts() {
+		if h.port.delay == nil || h.port.delay.done == nil {
+			t.Fatalf("%s: no running delay line", h.Name())
+		}
+		lines = append(lines, h.port.delay.done)
+	}
 	names := []string{a.Namespace(), bed.Host("b").Namespace()}
 	if got := namedWith(t, prefix); !slices.Equal(got, sortedCopy(names)) {
 		t.Fatalf("live bed namespaces %v, want %v", got, names)
@@ -66,6 +73,9 @@ func TestCloseRemovesEverything(t *testing.T) {
 		t.Fatal(err)
 	} else if qs, err := inside.QdiscList(l); err != nil || len(qs) < 2 {
 		t.Fatalf("expected tbf and clsact on %s before Close, got %v (%v)", a.Iface(), qs, err)
+	}
+	if _, err := inside.LinkByName(delayTapName); err != nil {
+		t.Fatalf("delay line tap missing before Close: %v", err)
 	}
 
 	if err := bed.Close(); err != nil {
@@ -92,6 +102,13 @@ func TestCloseRemovesEverything(t *testing.T) {
 	if got := rootLinks(t); !slices.Equal(got, linksBefore) {
 		t.Fatalf("root namespace links changed: %v -> %v", linksBefore, got)
 	}
+	for i, done := range lines {
+		select {
+		case <-done:
+		default:
+			t.Fatalf("delay line thread %d still running after Close", i)
+		}
+	}
 
 	// Idempotent, and a closed bed refuses further use.
 	if err := bed.Close(); err != nil {
@@ -106,6 +123,9 @@ func TestCloseRemovesEverything(t *testing.T) {
 	if err := bed.SetLinkUp(a, false); !errors.Is(err, ErrClosed) {
 		t.Fatalf("SetLinkUp after Close: %v, want ErrClosed", err)
 	}
+	if err := bed.SetDelay(a, time.Millisecond); !errors.Is(err, ErrClosed) {
+		t.Fatalf("SetDelay after Close: %v, want ErrClosed", err)
+	}
 }
 
 func sortedCopy(s []string) []string {
@@ -117,7 +137,7 @@ func sortedCopy(s []string) []string {
 func TestBuildFailureLeavesNothing(t *testing.T) {
 	requireNetlab(t)
 	const prefix = testPrefix + "fail"
-	opts := Options{Prefix: prefix, Rate: 10_000_000, Loss: 0.05}
+	opts := Options{Prefix: prefix, Rate: 10_000_000, Loss: 0.05, Delay: time.Millisecond}
 
 	// Record the construction steps, and settle lazily opened fds.
 	var steps []string
@@ -235,6 +255,7 @@ func TestBadOptions(t *testing.T) {
 		"correlation 1":   {Loss: 0.1, LossCorrelation: 1},
 		"negative delay":  {Delay: -time.Second},
 		"absurd delay":    {Delay: 2 * time.Hour},
+		"delay over max":  {Delay: MaxDelay + 1},
 		"correlation NaN": {LossCorrelation: math.NaN()},
 	} {
 		if o.Prefix == "" {
@@ -263,6 +284,9 @@ func TestBadOptions(t *testing.T) {
 		"foreign host":    bed.SetLinkUp(other.Host("a"), false),
 		"nil host":        bed.SetRate(nil, 1_000_000),
 		"nil host (loss)": bed.SetLoss(nil, 0.1),
+		"delay negative":  bed.SetDelay(a, -time.Nanosecond),
+		"delay too long":  bed.SetDelay(a, 2*MaxDelay),
+		"foreign (delay)": bed.SetDelay(other.Host("b"), time.Millisecond),
 	} {
 		if err == nil {
 			t.Errorf("%s: accepted", name)

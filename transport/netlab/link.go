@@ -25,6 +25,8 @@ type port struct {
 	routes []netlink.Route
 	shape  shaping
 	loss   *lossFilter
+	delay  *delayLine
+	clsact bool  // we added a clsact qdisc (loss and delay filters hang off it)
 	peer   *port // other end of the link
 	up     bool  // administrative state set by the bed
 }
@@ -185,24 +187,72 @@ func (p *port) addNeighbour(ip netip.Addr) error {
 	return nil
 }
 
-// remove takes down what the bed put on the device (qdiscs, the loss
-// filter and its BPF map) and deletes the device. A link already gone,
-// e.g. because its peer was deleted first, is not an error.
+// remove takes down what the bed put on the device (root qdisc, the clsact
+// qdisc with the loss and delay filters, their BPF maps, the delay line's
+// tap device and thread) and deletes the device. A link already gone, e.g.
+// because its peer was deleted first, is not an error.
 func (p *port) remove() error {
 	var errs []error
 	if err := p.clearShaping(); err != nil && !isGone(err) {
 		errs = append(errs, err)
 	}
-	if p.loss != nil {
-		if err := p.loss.detach(p); err != nil && !isGone(err) {
-			errs = append(errs, err)
+	if p.clsact {
+		if err := p.ns.nl.QdiscDel(clsactOf(p.index)); err != nil && !isGone(err) {
+			errs = append(errs, fmt.Errorf("netlab: %s: delete clsact qdisc: %w", p, err))
 		}
+		p.clsact = false
+	}
+	if p.delay != nil {
+		errs = append(errs, p.delay.close())
+		p.delay = nil
+	}
+	if p.loss != nil {
+		errs = append(errs, p.loss.close())
 		p.loss = nil
 	}
 	if err := p.ns.nl.LinkDel(p.link()); err != nil && !isGone(err) {
 		errs = append(errs, fmt.Errorf("netlab: %s: delete link: %w", p, err))
 	}
 	return errors.Join(errs...)
+}
+
+// ensureClsact adds the clsact qdisc that loss and delay filters attach to,
+// once per port.
+func (p *port) ensureClsact() error {
+	if p.clsact {
+		return nil
+	}
+	if err := p.ns.nl.QdiscAdd(clsactOf(p.index)); err != nil {
+		return fmt.Errorf("netlab: %s: add clsact qdisc: %w", p, err)
+	}
+	p.clsact = true
+	return nil
+}
+
+func clsactOf(index int) *netlink.Clsact {
+	return &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
+		LinkIndex: index,
+		Handle:    netlink.MakeHandle(0xffff, 0),
+		Parent:    netlink.HANDLE_CLSACT,
+	}}
+}
+
+// bpfFilter is a direct-action cls_bpf filter for program fd on the clsact
+// hook parent (netlink.HANDLE_MIN_EGRESS or HANDLE_MIN_INGRESS) of a
+// device; lower prio runs first.
+func bpfFilter(index int, parent uint32, prio uint16, fd int, name string) *netlink.BpfFilter {
+	return &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: index,
+			Parent:    parent,
+			Handle:    netlink.MakeHandle(0, 1),
+			Protocol:  unix.ETH_P_ALL,
+			Priority:  prio,
+		},
+		Fd:           fd,
+		Name:         name,
+		DirectAction: true,
+	}
 }
 
 // isGone reports errors meaning "the device or qdisc is not there".

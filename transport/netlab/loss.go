@@ -97,8 +97,13 @@ func validLoss(p, c float64) error {
 	return nil
 }
 
-// attachLoss installs a clsact qdisc and the loss program on p's egress.
-// On error nothing stays attached and no fd is leaked.
+// lossPriority orders the loss filter after the delay line's redirect
+// (delayPriority), so a delayed packet meets it once, on its way out of
+// the line.
+const lossPriority = 2
+
+// attachLoss installs the loss program on p's clsact egress hook. On error
+// no fd is leaked; a clsact qdisc it added stays until the port is removed.
 func attachLoss(p *port) (_ *lossFilter, err error) {
 	mapFd, err := bpfArrayMap(lossValueSize, 1)
 	if err != nil {
@@ -107,7 +112,7 @@ func attachLoss(p *port) (_ *lossFilter, err error) {
 	lf := &lossFilter{mapFd: mapFd}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, lf.detach(p))
+			err = errors.Join(err, lf.close())
 		}
 	}()
 	// Zero thresholds: pass everything until set is called.
@@ -120,33 +125,13 @@ func attachLoss(p *port) (_ *lossFilter, err error) {
 	}
 	// The filter holds its own reference to the program (and it to the map).
 	defer unix.Close(progFd)
-	if err := p.ns.nl.QdiscAdd(clsact(p)); err != nil {
-		return nil, fmt.Errorf("netlab: %s: add clsact qdisc: %w", p, err)
+	if err := p.ensureClsact(); err != nil {
+		return nil, err
 	}
-	f := &netlink.BpfFilter{
-		FilterAttrs: netlink.FilterAttrs{
-			LinkIndex: p.index,
-			Parent:    netlink.HANDLE_MIN_EGRESS,
-			Handle:    netlink.MakeHandle(0, 1),
-			Protocol:  unix.ETH_P_ALL,
-			Priority:  1,
-		},
-		Fd:           progFd,
-		Name:         "netlab_loss",
-		DirectAction: true,
-	}
-	if err := p.ns.nl.FilterAdd(f); err != nil {
+	if err := p.ns.nl.FilterAdd(bpfFilter(p.index, netlink.HANDLE_MIN_EGRESS, lossPriority, progFd, "netlab_loss")); err != nil {
 		return nil, fmt.Errorf("netlab: %s: attach loss filter: %w", p, err)
 	}
 	return lf, nil
-}
-
-func clsact(p *port) *netlink.Clsact {
-	return &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
-		LinkIndex: p.index,
-		Handle:    netlink.MakeHandle(0xffff, 0),
-		Parent:    netlink.HANDLE_CLSACT,
-	}}
 }
 
 // set changes drop probability and correlation, keeping the counters.
@@ -170,18 +155,16 @@ func (lf *lossFilter) counters() (dropped, passed uint64, err error) {
 	return binary.LittleEndian.Uint64(v[lossOffDropped:]), binary.LittleEndian.Uint64(v[lossOffPassed:]), nil
 }
 
-// detach removes the clsact qdisc (and with it the filter and program) and
-// closes the map. The map fd is closed even if the device is already gone.
-func (lf *lossFilter) detach(p *port) error {
-	var errs []error
-	if err := p.ns.nl.QdiscDel(clsact(p)); err != nil && !isGone(err) {
-		errs = append(errs, fmt.Errorf("netlab: %s: delete clsact qdisc: %w", p, err))
+// close releases the map. The filter (holding the program, which holds
+// the map) goes with the port's clsact qdisc.
+func (lf *lossFilter) close() error {
+	if lf.mapFd < 0 {
+		return nil
 	}
-	if lf.mapFd >= 0 {
-		if err := unix.Close(lf.mapFd); err != nil {
-			errs = append(errs, fmt.Errorf("netlab: close loss map: %w", err))
-		}
-		lf.mapFd = -1
+	err := unix.Close(lf.mapFd)
+	lf.mapFd = -1
+	if err != nil {
+		return fmt.Errorf("netlab: close loss map: %w", err)
 	}
-	return errors.Join(errs...)
+	return nil
 }

@@ -30,57 +30,34 @@ const (
 	// MinRate is the lowest accepted rate limit in bits/s; below it the
 	// token bucket times overflow tc's 32-bit tick fields.
 	MinRate = 64_000
-	// netemLimit is netem's queue length in packets.
-	netemLimit = 10000
 )
 
-// shaping is the desired egress shaping of a port. Loss is handled
-// separately by the BPF loss filter so it works without netem.
+// shaping is the desired rate limit of a port. Loss and delay are done by
+// BPF filters and the delay line (loss.go, delay.go), not by the root
+// qdisc, so they work without netem.
 type shaping struct {
-	rate      uint64        // bits/s, 0 = unlimited
-	delay     time.Duration // one way, 0 = none
-	installed string        // kind of root qdisc we installed, "" if none
+	rate      uint64 // bits/s, 0 = unlimited
+	installed string // kind of root qdisc we installed, "" if none
 }
 
-// applyShaping makes the root qdisc match p.shape: netem when a delay is
-// wanted (carrying the rate too), tbf for a rate alone, the device default
-// otherwise. Replace swaps the qdisc atomically, so run-time changes never
-// leave the device unshaped in between.
+// applyShaping makes the root qdisc match p.shape: tbf for a rate, the
+// device default otherwise. Replace changes a tbf in place, so run-time
+// changes never leave the device unshaped in between.
 func (p *port) applyShaping() error {
-	var q netlink.Qdisc
-	attrs := netlink.QdiscAttrs{LinkIndex: p.index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}
-	switch {
-	case p.shape.delay > 0:
-		n := netlink.NewNetem(attrs, netlink.NetemQdiscAttrs{
-			Latency: uint32(p.shape.delay / time.Microsecond),
-			Limit:   netemLimit,
-		})
-		n.Rate64 = p.shape.rate / 8
-		q = n
-	case p.shape.rate > 0:
-		q = tbfFor(attrs, p.shape.rate, p.mtu)
-	default:
+	if p.shape.rate == 0 {
 		return p.clearShaping()
 	}
+	attrs := netlink.QdiscAttrs{LinkIndex: p.index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}
+	q := tbfFor(attrs, p.shape.rate, p.mtu)
 	if err := p.ns.nl.QdiscReplace(q); err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
-			return fmt.Errorf("netlab: %s: %s qdisc not available in this kernel (CONFIG_NET_SCH_%s): %w: %w",
-				p, q.Type(), kconfigName(q.Type()), errors.ErrUnsupported, err)
+			return fmt.Errorf("netlab: %s: tbf qdisc not available in this kernel (CONFIG_NET_SCH_TBF): %w: %w",
+				p, errors.ErrUnsupported, err)
 		}
 		return fmt.Errorf("netlab: %s: install %s qdisc: %w", p, q.Type(), err)
 	}
 	p.shape.installed = q.Type()
 	return nil
-}
-
-func kconfigName(kind string) string {
-	switch kind {
-	case "netem":
-		return "NETEM"
-	case "tbf":
-		return "TBF"
-	}
-	return kind
 }
 
 // tbfFor builds a token bucket for rate bits/s on a device with this MTU.
