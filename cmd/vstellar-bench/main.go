@@ -31,8 +31,9 @@
 //
 //	vstellar-bench loss [--quick] [--json]
 //	    VM-to-VM WRITE goodput under random loss (1/16384..1/256) on a
-//	    1 Gb/s two-namespace link, selective repeat vs go-back-N, as a
-//	    fraction of lossless. Needs root.
+//	    500 Mb/s two-namespace link with 500 µs of delay each way,
+//	    selective repeat vs go-back-N, as a fraction of lossless. Needs
+//	    root.
 //
 //	vstellar-bench spray [--quick] [--json]
 //	    Permutation traffic across a 2-leaf, 4-spine namespace fabric,

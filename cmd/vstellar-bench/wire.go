@@ -340,20 +340,31 @@ func runLoss(ctx context.Context, o options, r *report) error {
 		t.row(row...)
 	}
 	r.note("each point runs %v: %d RC QP pair(s) between a VM on each host, 1 MiB WRITEs, %d posted (one in flight: the engine runs one request per QP at a time); MTU 1500; a fresh pair of hosts per recovery mode", d, qps, vmPerQP)
-	r.note("loss is random per packet, both directions (data and ACKs), from an eBPF program on each veth")
+	r.note("loss is random per packet, both directions (data and ACKs), from an eBPF program on each veth; %v one-way delay each way (netlab's delay line)", lossDelay)
 	r.note("(in brackets, *_wire_* keys: datagrams the sender sent per datagram of goodput, ACKs and retransmissions included)")
 	r.note("goals: sack_frac_1024 >= 0.94, go-back-N visibly worse")
 	return nil
 }
 
-// lossRun builds two hosts with the given recovery on a 1 Gb/s link and
+// lossRun builds two hosts with the given recovery on a lossRate link and
 // returns the goodput at each loss rate as a fraction of lossless, the
 // lossless goodput, and where it ran.
+// lossDelay is the loss suite's one-way delay: a round trip of about a
+// millisecond, as between racks of a large datacenter, makes the
+// bandwidth-delay product (about 45 packets at 500 Mb/s) what decides how
+// much a loss costs go-back-N; a bare veth's 30 µs would hide it.
+const lossDelay = 500 * time.Microsecond
+
+// lossRate is the loss suite's rate limit, well within what the delay
+// line carries (about 1 Gb/s of full frames), so that the loss measured is
+// the loss injected.
+const lossRate = 500e6
+
 // lossPayload is the transport's payload per packet at MTU 1500 over IPv4.
 const lossPayload = 1500 - 28 - wire.HeaderLen - wire.DataLen
 
 func lossRun(ctx context.Context, recovery string, rates []int, size, qps int, d time.Duration) (fracs, sent []float64, base float64, where string, _ error) {
-	vp, err := newVMPair(ctx, hostsim.PairOptions{Net: netlab.Options{Prefix: "vsbench", MTU: 1500, Rate: 1e9}, Recovery: recovery}, qps)
+	vp, err := newVMPair(ctx, hostsim.PairOptions{Net: netlab.Options{Prefix: "vsbench", MTU: 1500, Rate: lossRate, Delay: lossDelay}, Recovery: recovery}, qps)
 	if err != nil {
 		return nil, nil, 0, "", err
 	}
