@@ -177,26 +177,8 @@ func TwoHost(ctx context.Context, opts Options) (_ *Bed, err error) {
 		return nil, err
 	}
 	b := &Bed{log: o.Logger, opts: o}
-	defer func() {
-		if err != nil {
-			if uerr := b.undo.run(); uerr != nil {
-				err = errors.Join(err, fmt.Errorf("netlab: cleanup after failed build: %w", uerr))
-			}
-			b.log.Debug("netlab: build failed", "err", err)
-		}
-	}()
-	step := func(name string) error {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("netlab: build interrupted after %s: %w", name, err)
-		}
-		b.log.Debug("netlab: built", "step", name)
-		if o.testHook != nil {
-			if err := o.testHook(name); err != nil {
-				return fmt.Errorf("netlab: after %s: %w", name, err)
-			}
-		}
-		return nil
-	}
+	defer b.undo.unwindOnError(&err, b.log)
+	step := stepper(ctx, b.log, o.testHook)
 	nonce, err := newNonce()
 	if err != nil {
 		return nil, err

@@ -163,26 +163,8 @@ func LeafSpine(ctx context.Context, opts LeafSpineOptions) (_ *Fabric, err error
 	}
 	b := &Bed{log: o.Logger, opts: Options{Prefix: o.Prefix, MTU: o.MTU, LossCorrelation: o.LossCorrelation}}
 	f := &Fabric{bed: b, opts: o}
-	defer func() {
-		if err != nil {
-			if uerr := b.undo.run(); uerr != nil {
-				err = errors.Join(err, fmt.Errorf("netlab: cleanup after failed build: %w", uerr))
-			}
-			b.log.Debug("netlab: fabric build failed", "err", err)
-		}
-	}()
-	step := func(name string) error {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("netlab: build interrupted after %s: %w", name, err)
-		}
-		b.log.Debug("netlab: built", "step", name)
-		if o.testHook != nil {
-			if err := o.testHook(name); err != nil {
-				return fmt.Errorf("netlab: after %s: %w", name, err)
-			}
-		}
-		return nil
-	}
+	defer b.undo.unwindOnError(&err, b.log)
+	step := stepper(ctx, b.log, o.testHook)
 	nonce, err := newNonce()
 	if err != nil {
 		return nil, err

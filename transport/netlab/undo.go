@@ -3,8 +3,10 @@
 package netlab
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 )
 
 // undoStack records how to take apart what has been built, so that a failed
@@ -35,4 +37,33 @@ func (u *undoStack) run() error {
 	}
 	u.steps = nil
 	return errors.Join(errs...)
+}
+
+// unwindOnError runs the stack if *errp is set: a build's deferred
+// cleanup, so a failure at any step leaves nothing behind.
+func (u *undoStack) unwindOnError(errp *error, log *slog.Logger) {
+	if *errp == nil {
+		return
+	}
+	if uerr := u.run(); uerr != nil {
+		*errp = errors.Join(*errp, fmt.Errorf("netlab: cleanup after failed build: %w", uerr))
+	}
+	log.Debug("netlab: build failed", "err", *errp)
+}
+
+// stepper returns what a build calls after each step: it stops the build
+// once ctx is done, and runs the test hook (which may inject a failure).
+func stepper(ctx context.Context, log *slog.Logger, hook func(string) error) func(string) error {
+	return func(name string) error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("netlab: build interrupted after %s: %w", name, err)
+		}
+		log.Debug("netlab: built", "step", name)
+		if hook != nil {
+			if err := hook(name); err != nil {
+				return fmt.Errorf("netlab: after %s: %w", name, err)
+			}
+		}
+		return nil
+	}
 }
