@@ -109,8 +109,7 @@ func (e *Engine) unconnect(q *qp, c fabric.Connection) {
 // of theirs, so lockQuiet does not wait a retry timeout for a dead peer.
 // Caller holds mu, not the gate.
 func (e *Engine) disconnect(qs []*qp) {
-	cn := e.connector()
-	if cn == nil {
+	if e.connector() == nil {
 		return
 	}
 	some := false
@@ -120,9 +119,18 @@ func (e *Engine) disconnect(qs []*qp) {
 			some = true
 		}
 	}
-	if !some {
-		return
+	if some {
+		e.endConnections(qs)
 	}
+}
+
+// endConnections ends the connections of qs that have one, after a pass
+// barrier on the gate: a pass that was posting for them finishes first,
+// and the flushed requests Disconnect completes are its last. Caller
+// holds mu, not the gate, and has made sure no new pass posts for qs
+// (closing, or a state that posts nothing).
+func (e *Engine) endConnections(qs []*qp) {
+	cn := e.connector()
 	e.gate.Lock() // the barrier: nothing to do inside
 	e.gate.Unlock()
 	for _, q := range qs {

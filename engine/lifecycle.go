@@ -227,19 +227,15 @@ func (e *Engine) lockQuiet(only *qp) {
 }
 
 // abandon gives up on q's request in flight: q goes to ERR (QP_FATAL) so
-// no pass starts another, a pass barrier on the gate lets any pass that
-// is posting finish, and closing its connection makes the fabric
+// no pass starts another, and ending its connection makes the fabric
 // complete the request (flushed) before Disconnect returns. Caller holds
 // mu, not the gate.
 func (e *Engine) abandon(q *qp) {
 	e.log.Warn("request in flight outlived the quiesce timeout: qp to error", "qpn", q.qpn, "timeout", e.cfg.QuiesceTimeout)
 	e.st.abandoned.Add(1)
 	e.qpFailed(q, abi.WCWRFlushErr)
-	e.gate.Lock() // the barrier
-	e.gate.Unlock()
-	if cn := e.connector(); cn != nil && q.connected {
-		cn.Disconnect(q.conn.Local)
-		q.connected = false
+	if e.connector() != nil && q.connected {
+		e.endConnections([]*qp{q})
 	}
 }
 
