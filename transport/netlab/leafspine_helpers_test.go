@@ -173,26 +173,7 @@ func routedDelta(t *testing.T, f *Fabric, leaf int, before []LinkCounters) []uin
 // the other tests of this 2-core machine while still overloading the links.
 func paceBlast(t *testing.T, flows []*net.UDPConn, rx *net.UDPConn, payload int, offered uint64, dur time.Duration) int64 {
 	t.Helper()
-	var received int64
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 65536)
-		for {
-			rx.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-			n, err := rx.Read(buf)
-			if err != nil {
-				select {
-				case <-stop:
-					return
-				default:
-					continue
-				}
-			}
-			received += int64(n)
-		}
-	}()
+	stop := countReceived(rx)
 	msg := make([]byte, payload)
 	dst := addrPort(rx)
 	frameBits := float64(8 * (payload + 8 + 20 + ethHeader))
@@ -205,7 +186,5 @@ func paceBlast(t *testing.T, flows []*net.UDPConn, rx *net.UDPConn, payload int,
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(stop)
-	<-done
-	return received
+	return stop()
 }

@@ -50,30 +50,13 @@ func TestLeafSpineBuildFailureLeavesNothing(t *testing.T) {
 		t.Fatalf("only %d steps recorded: %v", len(steps), steps)
 	}
 
-	fds, links := openFDs(t), rootLinks(t)
-	errInjected := errors.New("injected failure")
-	for _, at := range steps {
+	fds := openFDs(t)
+	checkFailedBuilds(t, prefix, steps, func(hook func(string) error) (bool, error) {
 		o := opts
-		o.testHook = func(s string) error {
-			if s == at {
-				return errInjected
-			}
-			return nil
-		}
+		o.testHook = hook
 		f, err := LeafSpine(t.Context(), o)
-		if !errors.Is(err, errInjected) || f != nil {
-			t.Fatalf("failure after %q: fabric %v, err %v", at, f, err)
-		}
-		if left := namedWith(t, prefix); len(left) > 0 {
-			t.Fatalf("failure after %q left namespaces %v", at, left)
-		}
-		if n := openFDs(t); n != fds {
-			t.Fatalf("failure after %q: %d open fds, was %d (leaked handle or socket)", at, n, fds)
-		}
-		if got := rootLinks(t); !slices.Equal(got, links) {
-			t.Fatalf("failure after %q changed root links %v -> %v", at, links, got)
-		}
-	}
+		return f != nil, err
+	})
 
 	// A cancelled context stops construction the same way.
 	ctx, cancel := context.WithCancel(t.Context())

@@ -155,30 +155,12 @@ func TestBuildFailureLeavesNothing(t *testing.T) {
 		t.Fatalf("only %d steps recorded: %v", len(steps), steps)
 	}
 
-	fds, links := openFDs(t), rootLinks(t)
-	errInjected := errors.New("injected failure")
-	for _, at := range steps {
+	checkFailedBuilds(t, prefix, steps, func(hook func(string) error) (bool, error) {
 		o := opts
-		o.testHook = func(s string) error {
-			if s == at {
-				return errInjected
-			}
-			return nil
-		}
+		o.testHook = hook
 		bed, err := TwoHost(t.Context(), o)
-		if !errors.Is(err, errInjected) || bed != nil {
-			t.Fatalf("failure after %q: bed %v, err %v", at, bed, err)
-		}
-		if left := namedWith(t, prefix); len(left) > 0 {
-			t.Fatalf("failure after %q left namespaces %v", at, left)
-		}
-		if n := openFDs(t); n != fds {
-			t.Fatalf("failure after %q: %d open fds, was %d (leaked handle, socket or BPF map)", at, n, fds)
-		}
-		if got := rootLinks(t); !slices.Equal(got, links) {
-			t.Fatalf("failure after %q changed root links %v -> %v", at, links, got)
-		}
-	}
+		return bed != nil, err
+	})
 
 	// A cancelled context stops construction the same way.
 	ctx, cancel := context.WithCancel(t.Context())
@@ -318,5 +300,35 @@ func TestAvailable(t *testing.T) {
 	}
 	if openFDs(t) != fds || !slices.Equal(rootLinks(t), links) {
 		t.Fatal("Available leaked an fd or a link")
+	}
+}
+
+// checkFailedBuilds injects a failure after each of steps in turn (build
+// hands hook to its constructor and reports whether it returned a
+// result) and checks that every build fails with it and leaves no
+// namespace, open fd or root link behind.
+func checkFailedBuilds(t *testing.T, prefix string, steps []string, build func(hook func(string) error) (built bool, err error)) {
+	t.Helper()
+	fds, links := openFDs(t), rootLinks(t)
+	errInjected := errors.New("injected failure")
+	for _, at := range steps {
+		built, err := build(func(s string) error {
+			if s == at {
+				return errInjected
+			}
+			return nil
+		})
+		if !errors.Is(err, errInjected) || built {
+			t.Fatalf("failure after %q: built %v, err %v", at, built, err)
+		}
+		if left := namedWith(t, prefix); len(left) > 0 {
+			t.Fatalf("failure after %q left namespaces %v", at, left)
+		}
+		if n := openFDs(t); n != fds {
+			t.Fatalf("failure after %q: %d open fds, was %d (leaked handle, socket or BPF map)", at, n, fds)
+		}
+		if got := rootLinks(t); !slices.Equal(got, links) {
+			t.Fatalf("failure after %q changed root links %v -> %v", at, links, got)
+		}
 	}
 }

@@ -3,30 +3,28 @@
 package netlab
 
 import (
-	"encoding/binary"
 	"net"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 )
 
-// blast sends payload-sized datagrams from tx to rx for dur and returns the
-// payload bytes rx received, counting what drains within 200 ms after.
-func blast(t *testing.T, tx, rx *net.UDPConn, payload int, dur time.Duration) (sent, received int64) {
-	t.Helper()
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Add(1)
+// countReceived counts the bytes rx receives from now on, on a goroutine
+// of its own, until the returned stop is called; stop lets what is still
+// arriving drain for 200 ms of quiet, then returns the count.
+func countReceived(rx *net.UDPConn) (stop func() int64) {
+	var received int64
+	quit := make(chan struct{})
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		buf := make([]byte, 65536)
 		for {
 			rx.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 			n, err := rx.Read(buf)
 			if err != nil {
 				select {
-				case <-stop:
+				case <-quit:
 					return
 				default:
 					continue
@@ -35,6 +33,18 @@ func blast(t *testing.T, tx, rx *net.UDPConn, payload int, dur time.Duration) (s
 			received += int64(n)
 		}
 	}()
+	return func() int64 {
+		close(quit)
+		<-done
+		return received
+	}
+}
+
+// blast sends payload-sized datagrams from tx to rx for dur and returns the
+// payload bytes rx received, counting what drains within 200 ms after.
+func blast(t *testing.T, tx, rx *net.UDPConn, payload int, dur time.Duration) (sent, received int64) {
+	t.Helper()
+	stop := countReceived(rx)
 	msg := make([]byte, payload)
 	dst := addrPort(rx)
 	for start := time.Now(); time.Since(start) < dur; {
@@ -42,9 +52,7 @@ func blast(t *testing.T, tx, rx *net.UDPConn, payload int, dur time.Duration) (s
 			sent += int64(n)
 		}
 	}
-	close(stop)
-	wg.Wait()
-	return sent, received
+	return sent, stop()
 }
 
 func TestRateLimit(t *testing.T) {
@@ -126,41 +134,7 @@ func sendBurst(t *testing.T, tx, rx *net.UDPConn, payload, n int) int {
 // sequence numbers rx received.
 func sendSeq(t *testing.T, tx, rx *net.UDPConn, n int) []uint32 {
 	t.Helper()
-	var wg sync.WaitGroup
-	var seen []uint32
-	done := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		buf := make([]byte, 2048)
-		for {
-			rx.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-			m, err := rx.Read(buf)
-			if err != nil {
-				select {
-				case <-done:
-					return
-				default:
-					continue
-				}
-			}
-			if m == 64 {
-				seen = append(seen, binary.BigEndian.Uint32(buf))
-			}
-		}
-	}()
-	msg := make([]byte, 64)
-	for i := range n {
-		binary.BigEndian.PutUint32(msg, uint32(i))
-		if _, err := tx.WriteToUDPAddrPort(msg, addrPort(rx)); err != nil {
-			t.Errorf("send %d: %v", i, err)
-		}
-		if i%500 == 499 {
-			time.Sleep(time.Millisecond) // keep the receive path unhurried
-		}
-	}
-	close(done)
-	wg.Wait()
+	seen := sendOrdered(t, tx, rx, n, nil)
 	slices.Sort(seen)
 	return slices.Compact(seen)
 }
