@@ -54,13 +54,26 @@ type bpfProgLoadAttr struct {
 	progName    [16]byte
 }
 
+// bpfCall makes a bpf(2) call. A program load the kernel cut short
+// because a signal was pending comes back with EAGAIN (the verifier checks
+// for signals, and the Go runtime preempts goroutines with SIGURG), so it
+// is made again, a bounded number of times, as cilium/ebpf does; EINTR is
+// retried likewise for every command.
 func bpfCall(cmd uintptr, attr unsafe.Pointer, size uintptr) (int, error) {
-	r, _, errno := unix.Syscall(unix.SYS_BPF, cmd, uintptr(attr), size)
-	if errno != 0 {
+	for attempt := 1; ; attempt++ {
+		r, _, errno := unix.Syscall(unix.SYS_BPF, cmd, uintptr(attr), size)
+		switch {
+		case errno == 0:
+			return int(r), nil
+		case attempt < bpfAttempts && (errno == unix.EINTR || errno == unix.EAGAIN && cmd == bpfProgLoad):
+			continue
+		}
 		return -1, errno
 	}
-	return int(r), nil
 }
+
+// bpfAttempts bounds bpfCall's retries.
+const bpfAttempts = 10
 
 func bpfArrayMap(valueSize, entries uint32) (int, error) {
 	attr := bpfMapCreateAttr{mapType: bpfMapTypeArray, keySize: 4, valueSize: valueSize, maxEntries: entries}
