@@ -76,14 +76,8 @@ func newBenchCluster(ctx context.Context, p fabricParams, spray string, seed uin
 		}
 	}
 	for i := range p.hosts {
-		a, z := b.sides[0][i], b.sides[1][i]
-		for q := range p.qps {
-			if err := a.qps[q].ConnectTo(ctx, z.vm.Driver.GID(), z.qps[q].Num()); err != nil {
-				return nil, fmt.Errorf("host pair %d, QP %d: %w", i, q, err)
-			}
-			if err := z.qps[q].ConnectTo(ctx, a.vm.Driver.GID(), a.qps[q].Num()); err != nil {
-				return nil, fmt.Errorf("host pair %d, QP %d: %w", i, q, err)
-			}
+		if err := connectSides(ctx, b.sides[0][i], b.sides[1][i]); err != nil {
+			return nil, fmt.Errorf("host pair %d: %w", i, err)
 		}
 	}
 	return b, nil

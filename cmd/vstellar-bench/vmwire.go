@@ -75,16 +75,24 @@ func newVMPair(ctx context.Context, o hostsim.PairOptions, qps int) (_ *vmPair, 
 	if vp.b, err = newVMSide(ctx, p.Hosts[1], "bench-xb", qps); err != nil {
 		return nil, fmt.Errorf("host 2 VM: %w", err)
 	}
-	ga, gb := vp.a.vm.Driver.GID(), vp.b.vm.Driver.GID()
-	for i := range qps {
-		if err := vp.a.qps[i].ConnectTo(ctx, gb, vp.b.qps[i].Num()); err != nil {
-			return nil, fmt.Errorf("QP pair %d: %w", i, err)
-		}
-		if err := vp.b.qps[i].ConnectTo(ctx, ga, vp.a.qps[i].Num()); err != nil {
-			return nil, fmt.Errorf("QP pair %d: %w", i, err)
-		}
+	if err := connectSides(ctx, vp.a, vp.b); err != nil {
+		return nil, err
 	}
 	return vp, nil
+}
+
+// connectSides connects a's QPs to b's, pairwise, both ways.
+func connectSides(ctx context.Context, a, b *vmSide) error {
+	ga, gb := a.vm.Driver.GID(), b.vm.Driver.GID()
+	for i := range a.qps {
+		if err := a.qps[i].ConnectTo(ctx, gb, b.qps[i].Num()); err != nil {
+			return fmt.Errorf("QP pair %d: %w", i, err)
+		}
+		if err := b.qps[i].ConnectTo(ctx, ga, a.qps[i].Num()); err != nil {
+			return fmt.Errorf("QP pair %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 func newVMSide(ctx context.Context, h *hostsim.Host, name string, qps int) (*vmSide, error) {
