@@ -34,6 +34,10 @@ type apiError struct {
 //	POST   /v1/devices         201 DeviceInfo; body DeviceSpec
 //	GET    /v1/devices/{name}  200 DeviceInfo
 //	DELETE /v1/devices/{name}  204
+//	GET    /v1/devices/{name}/stats  200 DeviceStatus
+//	GET    /v1/devices/{name}/qps    200 QPList (?limit=N, default 1000)
+//	GET    /v1/devices/{name}/mrs    200 MRList (?limit=N, default 1000)
+//	GET    /v1/host            200 HostStatus
 //
 // Errors are {"error": "..."} with 400, 404, 405, 409, 413, 415, 500 or 503.
 func (m *Manager) Handler() http.Handler {
@@ -43,6 +47,10 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/devices", m.handleCreate)
 	mux.HandleFunc("GET /v1/devices/{name}", m.handleGet)
 	mux.HandleFunc("DELETE /v1/devices/{name}", m.handleDestroy)
+	mux.HandleFunc("GET /v1/devices/{name}/stats", m.handleStats)
+	mux.HandleFunc("GET /v1/devices/{name}/qps", m.handleQPs)
+	mux.HandleFunc("GET /v1/devices/{name}/mrs", m.handleMRs)
+	mux.HandleFunc("GET /v1/host", m.handleHost)
 	return jsonFallback(mux)
 }
 

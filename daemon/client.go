@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -142,3 +143,36 @@ func (c *Client) DestroyDevice(ctx context.Context, name string) error {
 
 // DevicePath is the API path of the device called name, escaped.
 func DevicePath(name string) string { return "/v1/devices/" + url.PathEscape(name) }
+
+// DeviceStatus returns GET /v1/devices/{name}/stats.
+func (c *Client) DeviceStatus(ctx context.Context, name string) (DeviceStatus, error) {
+	var s DeviceStatus
+	return s, c.call(ctx, http.MethodGet, DevicePath(name)+"/stats", nil, &s)
+}
+
+// QPs returns GET /v1/devices/{name}/qps with at most limit entries (0:
+// the daemon's default).
+func (c *Client) QPs(ctx context.Context, name string, limit int) (QPList, error) {
+	var l QPList
+	return l, c.call(ctx, http.MethodGet, DevicePath(name)+"/qps"+limitQuery(limit), nil, &l)
+}
+
+// MRs returns GET /v1/devices/{name}/mrs with at most limit entries (0:
+// the daemon's default).
+func (c *Client) MRs(ctx context.Context, name string, limit int) (MRList, error) {
+	var l MRList
+	return l, c.call(ctx, http.MethodGet, DevicePath(name)+"/mrs"+limitQuery(limit), nil, &l)
+}
+
+// Host returns GET /v1/host.
+func (c *Client) Host(ctx context.Context) (HostStatus, error) {
+	var h HostStatus
+	return h, c.call(ctx, http.MethodGet, "/v1/host", nil, &h)
+}
+
+func limitQuery(limit int) string {
+	if limit <= 0 {
+		return ""
+	}
+	return "?limit=" + strconv.Itoa(limit)
+}

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -72,12 +75,18 @@ type Config struct {
 	// Fabric, if set, joins the devices to those of other hosts (see
 	// FabricSpec). Without it they reach only each other.
 	Fabric *FabricSpec `json:"fabric,omitempty"`
+	// MetricsListen is the TCP address ("127.0.0.1:9474", ":9474")
+	// that serves Prometheus metrics at /metrics; empty serves none.
+	MetricsListen string `json:"metrics_listen,omitempty"`
 	// Devices are created when Run starts.
 	Devices []DeviceSpec `json:"devices"`
 
 	// Factory builds a device model and its vhost-user back-end. It is
 	// injected by the program, never read from the file. Required.
 	Factory DeviceFactory `json:"-"`
+	// Metrics builds the /metrics handler for the Manager (package
+	// metrics). Injected by the program; required with MetricsListen.
+	Metrics func(*Manager) http.Handler `json:"-"`
 	// ListenIn, if set, runs open (which opens the fabric's UDP socket)
 	// where the socket should live, such as a network namespace (tests
 	// and the demo run each host in one). Nil runs it in place.
@@ -236,6 +245,11 @@ func (c Config) Validate() error {
 	if d := time.Duration(c.ShutdownTimeout); d <= 0 || d > maxShutdownTimeout {
 		return fmt.Errorf("%w: shutdown_timeout %v is out of range (0, %v]", ErrInvalid, d, maxShutdownTimeout)
 	}
+	if c.MetricsListen != "" {
+		if err := checkTCPAddr(c.MetricsListen); err != nil {
+			return fmt.Errorf("%w: metrics_listen: %w", ErrInvalid, err)
+		}
+	}
 	if c.Fabric != nil {
 		if err := c.Fabric.validate(); err != nil {
 			return err
@@ -337,5 +351,23 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*d = Duration(v)
+	return nil
+}
+
+// checkTCPAddr checks a host:port listen address: the host an IP or
+// empty (every address), the port 1..65535.
+func checkTCPAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: %w", addr, err)
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q: host %q is not an IP address", addr, host)
+		}
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("%q: port %q: want 1..65535", addr, port)
+	}
 	return nil
 }

@@ -27,6 +27,8 @@ type DeviceInfo struct {
 	// LastError is the error that ended the most recent failed
 	// connection, if any.
 	LastError string `json:"last_error,omitempty"`
+	// Tenant is the device's tenant on the cross-host fabric.
+	Tenant uint32 `json:"tenant,omitempty"`
 }
 
 const (
@@ -47,6 +49,7 @@ const (
 // served connection. Its goroutines are tracked by wg.
 type device struct {
 	name    string
+	tenant  uint32
 	log     *slog.Logger
 	inst    Instance
 	ln      *net.UnixListener
@@ -57,6 +60,11 @@ type device struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// modelMu keeps the device model open while it is inspected: held
+	// shared by state, exclusively by destroy around Close.
+	modelMu     sync.RWMutex
+	modelClosed bool
+
 	mu          sync.Mutex
 	active      *net.UnixConn
 	activeDone  chan struct{} // closed when the active connection's Serve returns
@@ -65,10 +73,10 @@ type device struct {
 	lastErr     string
 }
 
-func newDevice(name string, inst Instance, ln *net.UnixListener, sock *socketFile, log *slog.Logger) *device {
+func newDevice(spec DeviceSpec, inst Instance, ln *net.UnixListener, sock *socketFile, log *slog.Logger) *device {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &device{
-		name: name, log: log, inst: inst, ln: ln, sock: sock,
+		name: spec.Name, tenant: spec.Tenant, log: log, inst: inst, ln: ln, sock: sock,
 		created: time.Now().UTC(), ctx: ctx, cancel: cancel,
 	}
 }
@@ -86,7 +94,39 @@ func (d *device) info() DeviceInfo {
 		Connections: d.connections,
 		Refused:     d.refused,
 		LastError:   d.lastErr,
+		Tenant:      d.tenant,
 	}
+}
+
+// state reads the device's full state. The model is not read once it
+// is closed (Model stays nil).
+func (d *device) state() DeviceState {
+	st := DeviceState{Info: d.info(), Vhost: vhostCounters(d.inst.Backend)}
+	if in, ok := d.inst.Device.(Inspector); ok {
+		d.modelMu.RLock()
+		if !d.modelClosed {
+			snap := in.Snapshot()
+			st.Model = &snap
+		}
+		d.modelMu.RUnlock()
+	}
+	return st
+}
+
+// inspect runs fn on the open device model; false if the model is not an
+// Inspector or is closed.
+func (d *device) inspect(fn func(Inspector)) bool {
+	in, ok := d.inst.Device.(Inspector)
+	if !ok {
+		return false
+	}
+	d.modelMu.RLock()
+	defer d.modelMu.RUnlock()
+	if d.modelClosed {
+		return false
+	}
+	fn(in)
+	return true
 }
 
 // repanic logs a panic with the device's attributes and raises it again:
@@ -201,7 +241,11 @@ func (d *device) destroy(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("connection still being served after %v: %w; device model left open",
 			time.Since(start).Round(time.Millisecond), ctx.Err()))
 	} else if d.inst.Device != nil {
-		if err := d.inst.Device.Close(); err != nil {
+		d.modelMu.Lock()
+		d.modelClosed = true
+		err := d.inst.Device.Close()
+		d.modelMu.Unlock()
+		if err != nil {
 			errs = append(errs, fmt.Errorf("closing device model: %w", err))
 		}
 	}

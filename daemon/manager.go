@@ -188,7 +188,7 @@ func (m *Manager) startDevice(ctx context.Context, spec DeviceSpec) (*device, er
 	} else {
 		ln, sock, lerr := listenSocket(path, os.FileMode(m.cfg.SocketMode))
 		if lerr == nil {
-			d := newDevice(spec.Name, inst, ln, sock, log)
+			d := newDevice(spec, inst, ln, sock, log)
 			d.start()
 			return d, nil
 		}
@@ -242,14 +242,7 @@ func (m *Manager) DestroyDevice(ctx context.Context, name string) error {
 
 // Devices lists the ready devices, sorted by name.
 func (m *Manager) Devices() []DeviceInfo {
-	m.mu.Lock()
-	devs := make([]*device, 0, len(m.devices))
-	for _, e := range m.devices {
-		if e.state == stateReady {
-			devs = append(devs, e.dev)
-		}
-	}
-	m.mu.Unlock()
+	devs := m.readyDevices()
 	infos := make([]DeviceInfo, len(devs))
 	for i, d := range devs {
 		infos[i] = d.info()
@@ -260,14 +253,65 @@ func (m *Manager) Devices() []DeviceInfo {
 
 // Device returns one ready device. The error wraps ErrNotFound.
 func (m *Manager) Device(name string) (DeviceInfo, error) {
-	m.mu.Lock()
-	e, ok := m.devices[name]
-	m.mu.Unlock()
-	if !ok || e.state != stateReady {
-		return DeviceInfo{}, fmt.Errorf("%w: %q", ErrNotFound, name)
+	d, err := m.readyDevice(name)
+	if err != nil {
+		return DeviceInfo{}, err
 	}
-	return e.dev.info(), nil
+	return d.info(), nil
 }
+
+// readyDevice returns the ready device called name. The error wraps
+// ErrNotFound.
+func (m *Manager) readyDevice(name string) (*device, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.devices[name]
+	if !ok || e.state != stateReady {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	return e.dev, nil
+}
+
+// readyDevices are the ready devices, in no order.
+func (m *Manager) readyDevices() []*device {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	devs := make([]*device, 0, len(m.devices))
+	for _, e := range m.devices {
+		if e.state == stateReady {
+			devs = append(devs, e.dev)
+		}
+	}
+	return devs
+}
+
+// DeviceStates reads the state of every ready device, sorted by name. A
+// device being destroyed meanwhile shows without its model.
+func (m *Manager) DeviceStates() []DeviceState {
+	devs := m.readyDevices()
+	out := make([]DeviceState, len(devs))
+	for i, d := range devs {
+		out[i] = d.state()
+	}
+	slices.SortFunc(out, func(a, b DeviceState) int { return cmp.Compare(a.Info.Name, b.Info.Name) })
+	return out
+}
+
+// DeviceState reads one ready device's state. The error wraps
+// ErrNotFound.
+func (m *Manager) DeviceState(name string) (DeviceState, error) {
+	d, err := m.readyDevice(name)
+	if err != nil {
+		return DeviceState{}, err
+	}
+	return d.state(), nil
+}
+
+// PinStats are the host's pinned-memory counters, all devices together.
+func (m *Manager) PinStats() pvdma.Stats { return m.shared.Pins.Stats() }
+
+// PinLimit is the host's pin budget in bytes (0: none).
+func (m *Manager) PinLimit() uint64 { return m.shared.Pins.Limit() }
 
 // Shutdown refuses further creates and destroys, waits for those in
 // flight, then destroys every device in parallel, bounded by ctx, and

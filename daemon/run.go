@@ -53,10 +53,18 @@ func (m *Manager) Run(ctx context.Context) error {
 		shutdown() // removes the run dir if we created it
 		return fmt.Errorf("management API: %w", err)
 	}
+	metrics, err := m.listenMetrics()
+	if err != nil {
+		ln.Close()
+		_ = sock.remove()
+		shutdown()
+		return err
+	}
 	for _, spec := range m.cfg.Devices {
 		if _, err := m.CreateDevice(ctx, spec); err != nil {
 			ln.Close()
 			_ = sock.remove()
+			metrics.close()
 			shutdown()
 			return fmt.Errorf("creating configured device: %w", err)
 		}
@@ -71,8 +79,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- fmt.Errorf("management API: %w", srv.Serve(ln)) }()
+	metrics.serve(serveErr)
 	close(m.ready)
 	m.log.Info("vstellard ready", "run_dir", m.cfg.RunDir, "api", m.APISocket(), "devices", len(m.cfg.Devices))
 
@@ -81,8 +90,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		m.log.Info("shutting down", "cause", context.Cause(ctx))
 	case err := <-serveErr:
-		runErr = fmt.Errorf("management API stopped: %w", err)
-		m.log.Error("management API failed; shutting down", "err", err)
+		runErr = fmt.Errorf("stopped serving: %w", err)
+		m.log.Error("serving failed; shutting down", "err", err)
 	}
 
 	// One deadline for the whole shutdown. The API stops first: no new
@@ -95,6 +104,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.log.Warn("management API did not stop in time; closing connections", "err", err)
 		srv.Close()
 	}
+	metrics.shutdown(actx)
 	acancel()
 	if err := sock.remove(); err != nil {
 		m.log.Warn("management API socket", "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/vstellar/vstellar/emtt"
 	"github.com/vstellar/vstellar/fabric"
@@ -75,8 +76,9 @@ func (d *Device) handleCommand(c *virtio.Chain, mem *guestmem.Table) uint32 {
 		return 0
 	}
 	resp := d.ctl.resp[:]
+	t0 := time.Now()
 	op, status, n := d.decodeAndExecute(c, mem, resp[abi.ResponseHeaderSize:abi.ResponseHeaderSize])
-	d.stats.count(op, status)
+	d.stats.count(op, status, time.Since(t0))
 	if status != abi.StatusOK {
 		n = 0
 	}

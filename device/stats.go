@@ -2,7 +2,9 @@ package device
 
 import (
 	"sync/atomic"
+	"time"
 
+	"github.com/vstellar/vstellar/latency"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -27,6 +29,9 @@ type Stats struct {
 	// unreadable opcode. Only non-zero entries are present.
 	ByOpcode map[abi.Opcode]uint64
 	ByStatus map[abi.Status]uint64
+	// Latency is the time each answered command took, per opcode as
+	// ByOpcode, from reading the request to writing the response.
+	Latency map[abi.Opcode]latency.Histogram
 	// Activations, Resets and ConfigWrites count lifecycle events.
 	Activations  uint64
 	Resets       uint64
@@ -50,19 +55,22 @@ type stats struct {
 	eventsQueued, eventsDelivered           atomic.Uint64
 	eventsDropped, shortEventBuffers        atomic.Uint64
 	byOpcode                                []atomic.Uint64 // index = opcode; 0 = unknown
+	latency                                 []latency.Recorder
 	byStatus                                [maxStatus]atomic.Uint64
 }
 
 func (s *stats) init() {
 	ops := abi.Opcodes()
 	s.byOpcode = make([]atomic.Uint64, int(ops[len(ops)-1])+1)
+	s.latency = make([]latency.Recorder, len(s.byOpcode))
 }
 
-func (s *stats) count(op abi.Opcode, st abi.Status) {
+func (s *stats) count(op abi.Opcode, st abi.Status, took time.Duration) {
 	if !op.Known() {
 		op = 0
 	}
 	s.byOpcode[op].Add(1)
+	s.latency[op].Observe(took)
 	if uint32(st) < maxStatus {
 		s.byStatus[st].Add(1)
 	}
@@ -86,10 +94,12 @@ func (d *Device) Stats() Stats {
 		EventsPending:     d.ev.len(),
 		ByOpcode:          map[abi.Opcode]uint64{},
 		ByStatus:          map[abi.Status]uint64{},
+		Latency:           map[abi.Opcode]latency.Histogram{},
 	}
 	for i := range s.byOpcode {
 		if n := s.byOpcode[i].Load(); n != 0 {
 			out.ByOpcode[abi.Opcode(i)] = n
+			out.Latency[abi.Opcode(i)] = s.latency[i].Snapshot()
 		}
 	}
 	for i := range s.byStatus {

@@ -97,6 +97,19 @@ type Stats struct {
 	Abandoned uint64
 }
 
+// QPInfo is what an operator sees of a QP: its numbers, state and peer,
+// never its rings or the guest's data.
+type QPInfo struct {
+	QPN, PDN         uint32
+	SendCQN, RecvCQN uint32
+	SQSize, RQSize   uint32
+	State            abi.QPState
+	// DestQPN and DestGID are the connected peer (set at RTR).
+	DestQPN uint32
+	DestGID abi.GID
+	PathMTU abi.MTU
+}
+
 var _ fabric.StreamResponder = (*Engine)(nil)
 
 // The methods below return errors that wrap an abi.Status (so that
@@ -212,3 +225,6 @@ func (e *Engine) Begin(req *fabric.Request) (fabric.Incoming, fabric.Outcome) { 
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() Stats { return e.stats() }
+
+// QPs lists the live QPs in QPN order.
+func (e *Engine) QPs() []QPInfo { return e.listQPs() }

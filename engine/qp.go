@@ -511,3 +511,23 @@ func (e *Engine) release(q *qp) {
 		e.log.Warn("unmap qp scratch", "qpn", q.qpn, "err", err)
 	}
 }
+
+// listQPs implements QPs.
+func (e *Engine) listQPs() []QPInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []QPInfo
+	for i := range e.qps {
+		q := e.qps[i].Load()
+		if q == nil {
+			continue
+		}
+		a := q.attr.Load()
+		out = append(out, QPInfo{
+			QPN: q.qpn, PDN: q.pdn, SendCQN: q.scq.cqn, RecvCQN: q.rcq.cqn,
+			SQSize: q.sqSize, RQSize: q.rqSize, State: q.getState(),
+			DestQPN: a.DestQPN, DestGID: a.AH.DGID, PathMTU: a.PathMTU,
+		})
+	}
+	return out
+}

@@ -92,6 +92,9 @@ func (h *Host) Fabric() *remote.Fabric {
 	return h.mgr.Fabric()
 }
 
+// Manager is the in-process daemon (nil for an external one).
+func (h *Host) Manager() *daemon.Manager { return h.mgr }
+
 // API is the daemon's management socket.
 func (h *Host) API() string { return h.api }
 

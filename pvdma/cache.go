@@ -46,6 +46,10 @@ func (p *Pool) NewCache(o Options) *Cache {
 // Mode is the cache's pin mode.
 func (c *Cache) Mode() Mode { return c.mode }
 
+// Budget is the bytes this cache may keep pinned on demand (0: only the
+// host's budget applies).
+func (c *Cache) Budget() uint64 { return c.limit }
+
 // Stats is the device's counters.
 func (c *Cache) Stats() Stats {
 	s := c.counts()

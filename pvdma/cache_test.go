@@ -438,20 +438,6 @@ func TestParseMode(t *testing.T) {
 	}
 }
 
-func TestHistogramQuantile(t *testing.T) {
-	var h pvdma.Histogram
-	if h.Quantile(0.5) != 0 {
-		t.Fatal("empty histogram")
-	}
-	h.Counts[3], h.Counts[10], h.Count = 9, 1, 10 // 9 at <= 8 µs, 1 at <= 1 ms
-	if q := h.Quantile(0.5); q != 8*time.Microsecond {
-		t.Fatalf("p50 %v", q)
-	}
-	if q := h.Quantile(1); q != 1024*time.Microsecond {
-		t.Fatalf("p100 %v", q)
-	}
-}
-
 // TestBatchEvictionIsLRU: a pin that needs many chunks' room (a region
 // pinned whole) releases the oldest idle chunks of other devices, in LRU
 // order.

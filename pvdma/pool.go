@@ -67,11 +67,7 @@ func add(s *Stats, o Stats) {
 	s.Evictions += o.Evictions
 	s.Hits += o.Hits
 	s.Misses += o.Misses
-	for i := range s.PinLatency.Counts {
-		s.PinLatency.Counts[i] += o.PinLatency.Counts[i]
-	}
-	s.PinLatency.Sum += o.PinLatency.Sum
-	s.PinLatency.Count += o.PinLatency.Count
+	s.PinLatency.Add(o.PinLatency)
 }
 
 // reserve makes room for n more pinned bytes of cache c, retiring the

@@ -36,6 +36,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		logFormat  = fs.String("log-format", daemon.DefaultLogFormat, "log `format`: text or json")
 		timeout    = fs.Duration("shutdown-timeout", time.Duration(daemon.DefaultShutdownTimeout), "bound on a clean shutdown")
 		pinBudget  = fs.Uint64("pin-budget", 0, "`bytes` of guest memory all devices may keep pinned (0: none for root, else RLIMIT_MEMLOCK)")
+		metrics    = fs.String("metrics-listen", "", "serve Prometheus metrics at http://`host:port`/metrics (empty: none)")
 		mode       = daemon.DefaultSocketMode
 		devices    deviceList
 		fab        fabricFlagValues
@@ -84,6 +85,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			cfg.SocketMode = mode
 		case "pin-budget":
 			cfg.PinBudget = *pinBudget
+		case "metrics-listen":
+			cfg.MetricsListen = *metrics
 		}
 	})
 	if err != nil {

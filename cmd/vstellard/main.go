@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"syscall"
 
 	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/metrics"
 )
 
 // version is set at link time: -ldflags "-X main.version=v1.2.3".
@@ -42,6 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Factory = daemon.StellarDevice
+	cfg.Metrics = func(m *daemon.Manager) http.Handler { return metrics.Handler(m, log) }
 	m, err := daemon.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "vstellard: %v\n", err)

@@ -46,14 +46,14 @@ func TestParseFlagsOverrideConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	o, err := parseFlags([]string{"--config", path, "--run-dir", "rel", "--log-format", "json",
-		"--device", "a", "--device", "b", "--shutdown-timeout", "3s", "--pin-budget", "4096"}, &strings.Builder{})
+		"--device", "a", "--device", "b", "--shutdown-timeout", "3s", "--pin-budget", "4096", "--metrics-listen", ":9474"}, &strings.Builder{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := o.cfg
 	wd, _ := os.Getwd()
 	if c.RunDir != filepath.Join(wd, "rel") || c.LogLevel != "debug" || c.LogFormat != "json" ||
-		c.SocketMode != 0o660 || time.Duration(c.ShutdownTimeout) != 3*time.Second || c.PinBudget != 4096 {
+		c.SocketMode != 0o660 || time.Duration(c.ShutdownTimeout) != 3*time.Second || c.PinBudget != 4096 || c.MetricsListen != ":9474" {
 		t.Fatalf("merged config: %+v", c)
 	}
 	if len(c.Devices) != 3 || c.Devices[0].Name != "f0" || c.Devices[1].Name != "a" || c.Devices[2].Name != "b" {
@@ -75,6 +75,9 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"--shutdown-timeout", "-1s"}, "shutdown_timeout"},
 		{[]string{"--no-such-flag"}, "not defined"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--metrics-listen", "9474"}, "metrics_listen"},
+		{[]string{"--metrics-listen", "metrics.example:9474"}, "not an IP address"},
+		{[]string{"--metrics-listen", "127.0.0.1:0"}, "want 1..65535"},
 	} {
 		_, err := parseFlags(tc.args, &strings.Builder{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

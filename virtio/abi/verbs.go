@@ -1,6 +1,9 @@
 package abi
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Verbs enumerations. Where IB verbs (libibverbs) defines the same concept
 // the values are the ibv_* values, so that a guest kernel driver and an
@@ -94,6 +97,29 @@ const (
 	// AccessAll is every access bit this ABI defines.
 	AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 )
+
+// String names the flags, "|"-separated ("local_read" alone for none:
+// local read is always allowed).
+func (a Access) String() string {
+	names := []struct {
+		bit  Access
+		name string
+	}{{AccessLocalWrite, "local_write"}, {AccessRemoteWrite, "remote_write"},
+		{AccessRemoteRead, "remote_read"}, {AccessRemoteAtomic, "remote_atomic"}}
+	var parts []string
+	for _, n := range names {
+		if a&n.bit != 0 {
+			parts = append(parts, n.name)
+		}
+	}
+	if rest := a &^ AccessAll; rest != 0 {
+		parts = append(parts, fmt.Sprintf("%#x", uint32(rest)))
+	}
+	if len(parts) == 0 {
+		return "local_read"
+	}
+	return strings.Join(parts, "|")
+}
 
 // Validate checks for undefined bits and for remote write or atomic
 // access without local write, which IB forbids (the remote side could

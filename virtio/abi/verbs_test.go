@@ -101,3 +101,16 @@ func TestRNRTimer(t *testing.T) {
 		}
 	}
 }
+
+func TestAccessString(t *testing.T) {
+	for a, want := range map[Access]string{
+		0:                                   "local_read",
+		AccessLocalWrite | AccessRemoteRead: "local_write|remote_read",
+		AccessAll:                           "local_write|remote_write|remote_read|remote_atomic",
+		AccessRemoteAtomic | Access(1<<9):   "remote_atomic|0x200",
+	} {
+		if got := a.String(); got != want {
+			t.Errorf("%#x: %q, want %q", uint32(a), got, want)
+		}
+	}
+}

@@ -1,0 +1,274 @@
+package metrics_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	guestdriver "github.com/vstellar/vstellar/guest-driver"
+	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/metrics"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// families gathers reg into a map by name.
+func families(t *testing.T, reg prometheus.Gatherer) map[string]*dto.MetricFamily {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	return out
+}
+
+// value is the value of the series of family name whose labels include
+// want (label=value pairs); it fails if there is none.
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ...string) float64 {
+	t.Helper()
+	mf, ok := fams[name]
+	if !ok {
+		t.Fatalf("no metric %s", name)
+	}
+next:
+	for _, m := range mf.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		for i := 0; i+1 < len(want); i += 2 {
+			if labels[want[i]] != want[i+1] {
+				continue next
+			}
+		}
+		switch mf.GetType() {
+		case dto.MetricType_COUNTER:
+			return m.GetCounter().GetValue()
+		case dto.MetricType_GAUGE:
+			return m.GetGauge().GetValue()
+		case dto.MetricType_HISTOGRAM:
+			return float64(m.GetHistogram().GetSampleCount())
+		}
+		t.Fatalf("%s: type %v", name, mf.GetType())
+	}
+	t.Fatalf("no series of %s with %v", name, want)
+	return 0
+}
+
+// TestMetricsAfterTraffic: the collector's metrics are lint-clean, have
+// the documented types, and follow what a guest does: a QP and an MR, a
+// 1 MiB WRITE between two VMs, the control commands it took.
+func TestMetricsAfterTraffic(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := hostsim.New(ctx, hostsim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	reg := metrics.Registry(h.Manager())
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
+		t.Fatalf("lint of an empty daemon: %v %+v", err, problems)
+	}
+	if got := value(t, families(t, reg), "vstellard_devices"); got != 0 {
+		t.Fatalf("devices %v", got)
+	}
+
+	const n = 1 << 20
+	writeBetween(ctx, t, h, n)
+
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
+	}
+	fams := families(t, reg)
+	for name, typ := range map[string]dto.MetricType{
+		"vstellard_devices":                          dto.MetricType_GAUGE,
+		"vstellard_qps":                              dto.MetricType_GAUGE,
+		"vstellard_mrs":                              dto.MetricType_GAUGE,
+		"vstellard_pinned_bytes":                     dto.MetricType_GAUGE,
+		"vstellard_host_pinned_bytes":                dto.MetricType_GAUGE,
+		"vstellard_pin_duration_seconds":             dto.MetricType_HISTOGRAM,
+		"vstellard_translation_misses_total":         dto.MetricType_COUNTER,
+		"vstellard_control_command_duration_seconds": dto.MetricType_HISTOGRAM,
+		"vstellard_sent_bytes_total":                 dto.MetricType_COUNTER,
+		"vstellard_received_bytes_total":             dto.MetricType_COUNTER,
+		"vstellard_doorbell_wakeups_total":           dto.MetricType_COUNTER,
+		"vstellard_device_info":                      dto.MetricType_GAUGE,
+		"vstellard_device_connected":                 dto.MetricType_GAUGE,
+		"go_goroutines":                              dto.MetricType_GAUGE,
+		"process_open_fds":                           dto.MetricType_GAUGE,
+	} {
+		mf, ok := fams[name]
+		if !ok || mf.GetType() != typ {
+			t.Errorf("%s: present %v, type %v, want %v", name, ok, mf.GetType(), typ)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	checks := []struct {
+		name   string
+		labels []string
+		ok     func(float64) bool
+		want   string
+	}{
+		{"vstellard_devices", nil, func(v float64) bool { return v == 2 }, "2"},
+		{"vstellard_qps", []string{"device", "ma"}, func(v float64) bool { return v == 1 }, "1"},
+		{"vstellard_mrs", []string{"device", "mb"}, func(v float64) bool { return v == 1 }, "1"},
+		{"vstellard_sent_bytes_total", []string{"device", "ma"}, func(v float64) bool { return v >= n }, ">= 1 MiB"},
+		{"vstellard_received_bytes_total", []string{"device", "mb"}, func(v float64) bool { return v >= n }, ">= 1 MiB"},
+		{"vstellard_pinned_bytes", []string{"device", "ma"}, func(v float64) bool { return v > 0 }, "> 0"},
+		{"vstellard_device_connected", []string{"device", "mb"}, func(v float64) bool { return v == 1 }, "1"},
+		{"vstellard_control_command_duration_seconds", []string{"opcode", "create_qp"}, func(v float64) bool { return v == 2 }, "2 observations"},
+		{"vstellard_control_command_duration_seconds", []string{"opcode", "reg_mr"}, func(v float64) bool { return v == 2 }, "2 observations"},
+		{"vstellard_pin_duration_seconds", nil, func(v float64) bool { return v > 0 }, "> 0 observations"},
+	}
+	for _, c := range checks {
+		if v := value(t, fams, c.name, c.labels...); !c.ok(v) {
+			t.Errorf("%s%v = %v, want %s", c.name, c.labels, v, c.want)
+		}
+	}
+}
+
+// writeBetween boots two VMs on h, connects an RC QP in each and WRITEs n
+// bytes from the first into the second.
+func writeBetween(ctx context.Context, t *testing.T, h *hostsim.Host, n int) {
+	t.Helper()
+	var vms [2]*hostsim.VM
+	var qps [2]*guestdriver.QP
+	var cqs [2]*guestdriver.CQ
+	var mrs [2]*guestdriver.MR
+	for i, name := range []string{"ma", "mb"} {
+		v, err := h.AddVM(ctx, name, hostsim.VMOptions{MemSize: 64 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vms[i] = v
+		d := v.Driver
+		pd, err := d.AllocPD(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cqs[i], err = d.CreateCQ(ctx, 8); err != nil {
+			t.Fatal(err)
+		}
+		if qps[i], err = pd.CreateQP(ctx, guestdriver.QPInit{SendCQ: cqs[i], RecvCQ: cqs[i],
+			Cap: guestdriver.QPCap{SQSize: 8, RQSize: 8, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		buf, err := d.Alloc(uint64(n), 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mrs[i], err = pd.RegMR(ctx, buf, abi.AccessAll); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		if err := qps[i].ConnectTo(ctx, vms[1-i].Driver.GID(), qps[1-i].Num()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := qps[0].PostSend(guestdriver.SendWR{WRID: 1, Opcode: abi.WRRDMAWrite, Signaled: true,
+		SGL: []abi.SGE{mrs[0].SGE(0, uint32(n))}, RemoteAddr: mrs[1].IOVA(), RKey: mrs[1].RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	var wc [1]guestdriver.WC
+	for cqs[0].Poll(wc[:]) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("no completion")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	if err := wc[0].Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestScrapeDuringMassDestroy: scrapes while devices are destroyed
+// concurrently all succeed, lint-clean, each seeing a device count that
+// only goes down, and the last sees none.
+func TestScrapeDuringMassDestroy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h, err := hostsim.New(ctx, hostsim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	const count = 60
+	c := h.Client()
+	var names []string
+	for i := range count {
+		name := fmt.Sprintf("d%03d", i)
+		if i%4 == 0 {
+			// Some with a VM attached, their models live.
+			if _, err := h.AddVM(ctx, name, hostsim.VMOptions{MemSize: 16 << 20}); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := h.CreateDevice(ctx, name, hostsim.VMOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	reg := metrics.Registry(h.Manager())
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var seen []float64
+	var scrapeErr error
+	wg.Go(func() {
+		for {
+			mfs, err := reg.Gather()
+			if err != nil {
+				scrapeErr = err
+				return
+			}
+			for _, mf := range mfs {
+				if mf.GetName() == "vstellard_devices" {
+					seen = append(seen, mf.GetMetric()[0].GetGauge().GetValue())
+				}
+			}
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	})
+	var dwg sync.WaitGroup
+	for _, name := range names {
+		dwg.Go(func() {
+			if err := c.DestroyDevice(ctx, name); err != nil && !strings.Contains(err.Error(), "not found") {
+				t.Errorf("destroy %s: %v", name, err)
+			}
+		})
+	}
+	dwg.Wait()
+	close(done)
+	wg.Wait()
+	if scrapeErr != nil {
+		t.Fatalf("scrape during destruction: %v", scrapeErr)
+	}
+	for i := 1; i < len(seen); i++ {
+		if seen[i] > seen[i-1] {
+			t.Fatalf("device count went up during destruction: %v", seen)
+		}
+	}
+	if got := value(t, families(t, reg), "vstellard_devices"); got != 0 {
+		t.Fatalf("after destroying all: %v devices", got)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
+	}
+	t.Logf("%d scrapes during the destruction of %d devices", len(seen), count)
+}
