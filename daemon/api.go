@@ -38,6 +38,8 @@ type apiError struct {
 //	GET    /v1/devices/{name}/qps    200 QPList (?limit=N, default 1000)
 //	GET    /v1/devices/{name}/mrs    200 MRList (?limit=N, default 1000)
 //	GET    /v1/host            200 HostStatus
+//	GET    /v1/host/nics       200 NICList
+//	GET    /v1/host/paths      200 PathList (404 without a fabric)
 //
 // Errors are {"error": "..."} with 400, 404, 405, 409, 413, 415, 500 or 503.
 func (m *Manager) Handler() http.Handler {
@@ -51,6 +53,8 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/devices/{name}/qps", m.handleQPs)
 	mux.HandleFunc("GET /v1/devices/{name}/mrs", m.handleMRs)
 	mux.HandleFunc("GET /v1/host", m.handleHost)
+	mux.HandleFunc("GET /v1/host/nics", m.handleNICs)
+	mux.HandleFunc("GET /v1/host/paths", m.handlePaths)
 	return jsonFallback(mux)
 }
 

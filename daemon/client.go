@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,10 @@ import (
 
 // maxResponseBody bounds what the Client reads from the daemon.
 const maxResponseBody = 16 << 20
+
+// maxIdleConns bounds the connections a Client keeps open between
+// requests.
+const maxIdleConns = 64
 
 // Client talks to the management API over its unix socket.
 type Client struct {
@@ -28,8 +33,14 @@ func NewClient(socketPath string) *Client {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socketPath)
 		},
-		MaxIdleConns:    1,
-		IdleConnTimeout: 30 * time.Second,
+		// Room for every concurrent caller's connection: evicting an
+		// idle connection (MaxIdleConns) can break a request that was
+		// handed it at the same moment ("putIdleConn: too many idle
+		// connections"), which a script creating devices in parallel
+		// would see.
+		MaxIdleConns:        maxIdleConns,
+		MaxIdleConnsPerHost: maxIdleConns,
+		IdleConnTimeout:     30 * time.Second,
 	}
 	return &Client{hc: &http.Client{Transport: tr}}
 }
@@ -84,6 +95,9 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (json.Ra
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		if opErr := (*net.OpError)(nil); errors.As(err, &opErr) && opErr.Op == "dial" {
+			return nil, fmt.Errorf("vstellard API: %w: %w", ErrUnreachable, err)
+		}
 		return nil, fmt.Errorf("vstellard API: %w", err)
 	}
 	defer resp.Body.Close()
@@ -175,4 +189,16 @@ func limitQuery(limit int) string {
 		return ""
 	}
 	return "?limit=" + strconv.Itoa(limit)
+}
+
+// NICs returns GET /v1/host/nics.
+func (c *Client) NICs(ctx context.Context) (NICList, error) {
+	var l NICList
+	return l, c.call(ctx, http.MethodGet, "/v1/host/nics", nil, &l)
+}
+
+// Paths returns GET /v1/host/paths.
+func (c *Client) Paths(ctx context.Context) (PathList, error) {
+	var l PathList
+	return l, c.call(ctx, http.MethodGet, "/v1/host/paths", nil, &l)
 }

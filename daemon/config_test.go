@@ -159,3 +159,26 @@ func TestNewRequiresFactory(t *testing.T) {
 		t.Fatalf("New without factory: %v", err)
 	}
 }
+
+// TestShippedConfigIsValid: the example config shipped beside the
+// systemd unit (dist/) loads and validates.
+func TestShippedConfigIsValid(t *testing.T) {
+	cfg, err := daemon.LoadConfigFile("../dist/vstellard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MetricsListen == "" || len(cfg.Devices) != 2 || cfg.Devices[1].Tenant != 7 {
+		t.Fatalf("shipped config read as %+v", cfg)
+	}
+	unit, err := os.ReadFile("../dist/vstellard.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(unit), "ExecStart=/usr/local/bin/vstellard --config /etc/vstellar/vstellard.json") ||
+		!strings.Contains(string(unit), "RuntimeDirectory=vstellar") {
+		t.Fatal("the unit does not start vstellard with the shipped config in /run/vstellar")
+	}
+}

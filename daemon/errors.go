@@ -20,6 +20,9 @@ var (
 	ErrSocketInUse = errors.New("socket is in use by another process")
 	// ErrShuttingDown: the Manager is shutting down (503).
 	ErrShuttingDown = errors.New("daemon is shutting down")
+	// ErrUnreachable: the Client found no daemon on the socket (absent,
+	// or nothing listening).
+	ErrUnreachable = errors.New("no vstellard answers on the API socket")
 )
 
 // httpStatus maps an error from the Manager to an HTTP status code.

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/hostnet"
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/transport/cc"
 	"github.com/vstellar/vstellar/transport/pathsel"
@@ -28,11 +30,24 @@ import (
 //	  "secret_file": "/etc/vstellar/fabric.key",
 //	  "mtu": 9000
 //	}
+//
+// or, binding by interface (its address and MTU):
+//
+//	"fabric": {"interface": "eth1", "listen": ":4791", ...}
 type FabricSpec struct {
 	// Listen is the UDP address the transport binds; with Paths > 1 it
 	// is the first of Paths consecutive ports (the source ports that
-	// spread a connection over an ECMP network).
+	// spread a connection over an ECMP network). With Interface, an
+	// unspecified address takes the interface's: "0.0.0.0:4791" (or
+	// just ":4791") its IPv4 address, "[::]:4791" its IPv6 one
+	// (ParseListen).
 	Listen netip.AddrPort `json:"listen"`
+	// Interface, if set, is the host network interface the fabric uses:
+	// its sockets are bound to it (SO_BINDTODEVICE), Listen's address
+	// comes from it if unspecified (and must otherwise be one of its),
+	// and its MTU is MTU's default. It is looked up when the fabric
+	// starts (in the ListenIn namespace, if any).
+	Interface string `json:"interface,omitempty"`
 	// GIDPrefix is this host's /64: every device's GID index 0 is the
 	// prefix followed by its node GUID, and the peers route it here.
 	GIDPrefix netip.Prefix `json:"gid_prefix"`
@@ -43,7 +58,7 @@ type FabricSpec struct {
 	// every host) from which connection ids and tokens are derived, so
 	// that no one without it can forge a packet that is accepted.
 	SecretFile string `json:"secret_file"`
-	// MTU is the host network's MTU (default 1500).
+	// MTU is the host network's MTU (default Interface's, or 1500).
 	MTU int `json:"mtu,omitempty"`
 	// Paths is the number of UDP source ports (default 1).
 	Paths int `json:"paths,omitempty"`
@@ -61,6 +76,47 @@ type FabricSpec struct {
 }
 
 const maxSecretLen = 4096
+
+// ParseListen parses a fabric listen address: "ip:port", "[ipv6]:port",
+// or ":port", which is "0.0.0.0:port" (with an interface: its IPv4
+// address; without: every local address).
+func ParseListen(s string) (netip.AddrPort, error) {
+	if port, ok := strings.CutPrefix(s, ":"); ok {
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("listen %q: port %q is not 0..65535", s, port)
+		}
+		return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(p)), nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("listen %q: want ip:port, [ipv6]:port or :port: %w", s, err)
+	}
+	return ap, nil
+}
+
+// UnmarshalJSON reads the "fabric" object, strictly (an unknown field
+// is an error, as everywhere in the config), with "listen" in any form
+// ParseListen takes.
+func (f *FabricSpec) UnmarshalJSON(b []byte) error {
+	type plain FabricSpec // without this method
+	var aux struct {
+		plain
+		Listen *string `json:"listen"`
+	}
+	if err := DecodeStrict(b, &aux); err != nil {
+		return err
+	}
+	*f = FabricSpec(aux.plain)
+	if aux.Listen != nil {
+		ap, err := ParseListen(*aux.Listen)
+		if err != nil {
+			return err
+		}
+		f.Listen = ap
+	}
+	return nil
+}
 
 // remoteConfig is the fabric/remote configuration the spec describes,
 // with secret as the cluster key. Errors wrap ErrInvalid and name the
@@ -84,7 +140,15 @@ func (f *FabricSpec) remoteConfig(secret []byte, log *slog.Logger) (remote.Confi
 	default:
 		return bad("recovery %q: want selective or go-back-n", f.Recovery)
 	}
-	cfg := remote.Config{Listen: f.Listen, Paths: f.Paths, GIDPrefix: f.GIDPrefix, Peers: f.Peers,
+	if f.Interface != "" {
+		if err := hostnet.ValidateName(f.Interface); err != nil {
+			return bad("interface: %v", err)
+		}
+		if !f.Listen.IsValid() {
+			return bad("listen: not set (with interface %q, give at least the port: \":4791\")", f.Interface)
+		}
+	}
+	cfg := remote.Config{Listen: f.Listen, Interface: f.Interface, Paths: f.Paths, GIDPrefix: f.GIDPrefix, Peers: f.Peers,
 		Secret: secret, MTU: f.MTU, Transport: t, Log: log}
 	if f.Spray != "" {
 		k, err := pathsel.ParseKind(f.Spray)
@@ -158,6 +222,11 @@ func (m *Manager) startFabric() error {
 	} else {
 		err = open()
 	}
+	if errors.Is(err, remote.ErrInterface) {
+		// The interface the config names is missing, down or without
+		// an address: the config does not fit this host.
+		return fmt.Errorf("%w: fabric: %w", ErrInvalid, err)
+	}
 	if err != nil {
 		return fmt.Errorf("fabric: %w", err)
 	}
@@ -176,7 +245,7 @@ func (m *Manager) startFabric() error {
 		return err
 	}
 	m.shared.Fabric, m.shared.GIDPrefix = f, spec.GIDPrefix
-	m.log.Info("cross-host fabric up", "addr", f.Addr(), "gid_prefix", spec.GIDPrefix, "peers", len(spec.Peers))
+	m.log.Info("cross-host fabric up", "addr", f.Addr(), "interface", spec.Interface, "mtu", f.MTU(), "gid_prefix", spec.GIDPrefix, "peers", len(spec.Peers))
 	return nil
 }
 

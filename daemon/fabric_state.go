@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/vstellar/vstellar/fabric/remote"
 )
@@ -9,6 +11,8 @@ import (
 // FabricState is the cross-host fabric as GET /v1/host shows it.
 type FabricState struct {
 	Addr      netip.AddrPort `json:"addr"`
+	Interface string         `json:"interface,omitempty"`
+	MTU       int            `json:"mtu"`
 	GIDPrefix netip.Prefix   `json:"gid_prefix"`
 	Paths     int            `json:"paths"`
 	Spray     string         `json:"spray"`
@@ -27,6 +31,36 @@ type FabricCounters struct {
 	UnknownConn uint64 `json:"unknown_connection"`
 	Foreign     uint64 `json:"foreign"`
 	Refused     uint64 `json:"refused"`
+
+	DataSent        uint64 `json:"data_packets_sent"`
+	DataReceived    uint64 `json:"data_packets_received"`
+	BytesSent       uint64 `json:"payload_bytes_sent"`
+	BytesReceived   uint64 `json:"payload_bytes_received"`
+	BytesPlaced     uint64 `json:"payload_bytes_placed"`
+	Retransmits     uint64 `json:"retransmits"`
+	FastRetransmits uint64 `json:"fast_retransmits"`
+	Timeouts        uint64 `json:"timeouts"`
+	Duplicates      uint64 `json:"duplicates"`
+	RNRNaks         uint64 `json:"rnr_naks"`
+}
+
+// PathState is one path of GET /v1/host/paths: its UDP source port and
+// the round-trip times measured on it.
+type PathState struct {
+	Path       int      `json:"path"`
+	SourcePort uint16   `json:"source_port"`
+	Samples    uint64   `json:"rtt_samples"`
+	Mean       Duration `json:"rtt_mean"`
+	P50        Duration `json:"rtt_p50"` // upper bounds (histogram buckets)
+	P99        Duration `json:"rtt_p99"`
+}
+
+// PathList is the answer of GET /v1/host/paths: the fabric's paths that
+// carried traffic (RTT samples), of Paths configured.
+type PathList struct {
+	Paths  int         `json:"paths"`
+	Spray  string      `json:"spray"`
+	Active []PathState `json:"active"`
 }
 
 // fabricState reads the fabric, nil without one.
@@ -38,12 +72,48 @@ func (m *Manager) fabricState() *FabricState {
 	spec := m.cfg.Fabric
 	st := f.Stats()
 	return &FabricState{
-		Addr: f.Addr(), GIDPrefix: spec.GIDPrefix, Paths: max(spec.Paths, 1),
+		Addr: f.Addr(), Interface: spec.Interface, MTU: f.MTU(), GIDPrefix: spec.GIDPrefix, Paths: max(spec.Paths, 1),
 		Spray: orDefault(spec.Spray, "single"), CC: orDefault(spec.CC, "fixed"), Peers: spec.Peers,
 		Stats: FabricCounters{Connections: st.Connections, Received: st.Received, Sent: st.Sent,
 			SendErrors: st.SendErrors, Malformed: st.Malformed, UnknownConn: st.UnknownConn,
-			Foreign: st.Foreign, Refused: st.Refused},
+			Foreign: st.Foreign, Refused: st.Refused,
+			DataSent: st.DataSent, DataReceived: st.DataReceived, BytesSent: st.BytesSent,
+			BytesReceived: st.BytesReceived, BytesPlaced: st.BytesPlaced, Retransmits: st.Retransmits,
+			FastRetransmits: st.FastRetransmits, Timeouts: st.Timeouts, Duplicates: st.Duplicates, RNRNaks: st.RNRNaks},
 	}
+}
+
+// fabricPaths reads the fabric's per-path RTTs; ErrNotFound without a
+// fabric.
+func (m *Manager) fabricPaths() (PathList, error) {
+	f := m.Fabric()
+	if f == nil {
+		return PathList{}, fmt.Errorf("%w: this daemon has no cross-host fabric", ErrNotFound)
+	}
+	spec := m.cfg.Fabric
+	l := PathList{Paths: max(spec.Paths, 1), Spray: orDefault(spec.Spray, "single"), Active: []PathState{}}
+	base := f.Addr().Port()
+	for _, p := range f.Stats().Paths {
+		ps := PathState{Path: p.Path, SourcePort: base + uint16(p.Path), Samples: p.RTTCount}
+		if p.RTTCount > 0 {
+			ps.Mean = Duration(p.RTTSum / time.Duration(p.RTTCount))
+			ps.P50, ps.P99 = rttQuantile(p, 0.5), rttQuantile(p, 0.99)
+		}
+		l.Active = append(l.Active, ps)
+	}
+	return l, nil
+}
+
+// rttQuantile estimates a quantile of a path's RTTs as the bound of the
+// (cumulative) bucket holding it.
+func rttQuantile(p remote.PathStats, q float64) Duration {
+	rank := uint64(q*float64(p.RTTCount-1)) + 1
+	for i, n := range p.RTTBuckets {
+		if n >= rank {
+			return Duration(remote.RTTBucketBound(i))
+		}
+	}
+	return Duration(remote.RTTBucketBound(remote.NumRTTBuckets - 1))
 }
 
 func orDefault(s, def string) string {

@@ -13,6 +13,7 @@ import (
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/daemon/daemontest"
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/transport/netlab"
 )
 
 func fabricSpec(t *testing.T) *daemon.FabricSpec {
@@ -56,6 +57,10 @@ func TestFabricConfig(t *testing.T) {
 		"mtu":              func(f *daemon.FabricSpec) { f.MTU = 100 },
 		"paths":            func(f *daemon.FabricSpec) { f.Paths = 100000 },
 		"duplicate prefix": func(f *daemon.FabricSpec) { f.Peers = append(f.Peers, f.Peers[0]) },
+		"interface name":   func(f *daemon.FabricSpec) { f.Interface = "eth0:1" },
+		"interface, no listen": func(f *daemon.FabricSpec) {
+			f.Interface, f.Listen = "eth0", netip.AddrPort{}
+		},
 	} {
 		c := cfg
 		f := *cfg.Fabric
@@ -105,4 +110,127 @@ func TestFabricStarts(t *testing.T) {
 			t.Fatalf("secret %q: device created, fabric %v", secret, m.Fabric())
 		}
 	}
+}
+
+// TestFabricListenForms: "listen" takes ip:port, [ipv6]:port and, for
+// binding by interface, :port (0.0.0.0:port); anything else, and an
+// unknown field inside "fabric", is refused with ErrInvalid.
+func TestFabricListenForms(t *testing.T) {
+	parse := func(fabric string) (daemon.Config, error) {
+		return daemon.ParseConfig(strings.NewReader(`{"fabric": {` + fabric + `, "gid_prefix": "fd00:0:0:1::/64", "secret_file": "/k"}}`))
+	}
+	for listen, want := range map[string]string{":4791": "0.0.0.0:4791", "0.0.0.0:1": "0.0.0.0:1", "[::]:4791": "[::]:4791", "10.1.2.3:9": "10.1.2.3:9"} {
+		cfg, err := parse(`"interface": "eth1", "listen": "` + listen + `"`)
+		if err != nil || cfg.Fabric.Listen.String() != want || cfg.Fabric.Interface != "eth1" || cfg.Fabric.GIDPrefix.Bits() != 64 {
+			t.Errorf("listen %q: %+v %v, want %s", listen, cfg.Fabric, err, want)
+		}
+	}
+	for _, bad := range []string{`"listen": ":"`, `"listen": ":65536"`, `"listen": ":-1"`, `"listen": "eth1:4791"`, `"listen": 4791`, `"listen": ":1", "interfce": "eth1"`} {
+		if _, err := parse(bad); !errors.Is(err, daemon.ErrInvalid) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	// Without "listen" (and without an interface) the spec is refused
+	// when validated.
+	cfg, err := parse(`"mtu": 9000`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Factory = (&daemontest.Factory{}).New
+	if err := cfg.Validate(); !errors.Is(err, daemon.ErrInvalid) || !strings.Contains(err.Error(), "Listen") {
+		t.Fatalf("no listen: %v", err)
+	}
+	// The forms ParseListen takes, and what it refuses.
+	for in, want := range map[string]string{":0": "0.0.0.0:0", "[fd00::1]:7": "[fd00::1]:7"} {
+		if ap, err := daemon.ParseListen(in); err != nil || ap.String() != want {
+			t.Errorf("ParseListen(%q) = %v, %v", in, ap, err)
+		}
+	}
+	for _, in := range []string{"", ":", ":x", "4791", "1.2.3.4"} {
+		if ap, err := daemon.ParseListen(in); err == nil {
+			t.Errorf("ParseListen(%q) = %v", in, ap)
+		}
+	}
+}
+
+// TestFabricInterface: given only an interface name and a port, the
+// fabric binds the interface's address and takes its MTU, in the
+// namespace ListenIn runs it in (a host of a two-namespace testbed); an
+// interface that is not there, or has no address of the family asked
+// for, fails the device's creation with ErrInvalid.
+func TestFabricInterface(t *testing.T) {
+	if err := netlab.Available(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("network namespaces unavailable under CI=true: %v", err)
+		}
+		t.Skipf("network namespaces unavailable (run as root): %v", err)
+	}
+	bed, err := netlab.TwoHost(context.Background(), netlab.Options{Prefix: "vsdaemon", MTU: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := bed.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	h := bed.Hosts()[0]
+	for _, c := range []struct {
+		name, ifc, listen string
+		ok                bool
+	}{
+		{"by interface", h.Iface(), ":0", true},
+		{"missing", "nosuch0", ":0", false},
+		{"no IPv6", h.Iface(), "[::]:0", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &daemontest.Factory{}
+			cfg := testConfig(t, f)
+			cfg.Fabric = fabricSpec(t)
+			cfg.Fabric.Interface, cfg.Fabric.Peers = c.ifc, nil // IPv4 peers would refuse [::]
+			if cfg.Fabric.Listen, err = daemon.ParseListen(c.listen); err != nil {
+				t.Fatal(err)
+			}
+			cfg.ListenIn = h.Do
+			m := newManager(t, cfg)
+			_, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "a"})
+			if !c.ok {
+				if !errors.Is(err, daemon.ErrInvalid) || !errors.Is(err, remote.ErrInterface) || m.Fabric() != nil {
+					t.Fatalf("created: %v (fabric %v)", err, m.Fabric())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fab := m.Fabric()
+			if fab == nil || fab.Addr().Addr() != h.Addr() || fab.MTU() != 4000 {
+				t.Fatalf("fabric %v MTU %d; the interface has %v, MTU %d", fab.Addr(), fab.MTU(), h.Addr(), h.MTU())
+			}
+			if err := m.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// FuzzParseListen: what ParseListen accepts is a valid address that
+// reads back the same from its own form; ":port" is 0.0.0.0:port.
+func FuzzParseListen(f *testing.F) {
+	for _, s := range []string{":4791", "0.0.0.0:0", "[::]:4791", "10.0.0.1:9", ":", ":65536", "[fe80::1%eth0]:1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ap, err := daemon.ParseListen(s)
+		if err != nil {
+			return
+		}
+		back, err := daemon.ParseListen(ap.String())
+		if !ap.IsValid() || err != nil || back != ap {
+			t.Fatalf("%q -> %v -> %v, %v", s, ap, back, err)
+		}
+		if strings.HasPrefix(s, ":") && !ap.Addr().IsUnspecified() {
+			t.Fatalf("%q -> %v", s, ap)
+		}
+	})
 }

@@ -1,7 +1,11 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"net/http"
+
+	"github.com/vstellar/vstellar/hostnet"
 )
 
 // HostStatus is the answer of GET /v1/host: what the daemon's devices
@@ -41,4 +45,62 @@ func (m *Manager) Host() HostStatus {
 
 func (m *Manager) handleHost(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, m.Host())
+}
+
+// NICList is the answer of GET /v1/host/nics: the host's network
+// interfaces and RDMA devices as the daemon sees them (in its network
+// namespace). RDMAError says why there is no RDMA list, plainly, on a
+// host without RDMA support.
+type NICList struct {
+	Interfaces []hostnet.Interface `json:"interfaces"`
+	RDMA       []hostnet.RDMALink  `json:"rdma"`
+	RDMAError  string              `json:"rdma_error,omitempty"`
+}
+
+// NICs discovers the host's interfaces and RDMA devices where the
+// fabric's socket lives (Config.ListenIn).
+func (m *Manager) NICs(ctx context.Context) (NICList, error) {
+	var l NICList
+	discover := func() error {
+		var err error
+		if l.Interfaces, err = hostnet.Interfaces(ctx); err != nil {
+			return err
+		}
+		l.RDMA, err = hostnet.RDMALinks(ctx)
+		switch {
+		case errors.Is(err, hostnet.ErrNoRDMA):
+			l.RDMAError = err.Error()
+		case err != nil:
+			return err
+		}
+		return nil
+	}
+	var err error
+	if m.cfg.ListenIn != nil {
+		err = m.cfg.ListenIn(discover)
+	} else {
+		err = discover()
+	}
+	if l.RDMA == nil {
+		l.RDMA = []hostnet.RDMALink{}
+	}
+	return l, err
+}
+
+func (m *Manager) handleNICs(w http.ResponseWriter, r *http.Request) {
+	l, err := m.NICs(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+func (m *Manager) handlePaths(w http.ResponseWriter, r *http.Request) {
+	l, err := m.fabricPaths()
+	if err != nil {
+		writeError(w, httpStatus(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
 }

@@ -170,6 +170,15 @@ func (c *Collector) collectFabric(ch chan<- prometheus.Metric, st remote.Stats) 
 	counter(c.fabricDropped, st.UnknownConn, "unknown_connection")
 	counter(c.fabricDropped, st.Foreign, "foreign")
 	counter(c.fabricDropped, st.Refused-st.Foreign, "invalid")
+	counter(c.fabricRetransmits, st.Retransmits)
+	counter(c.fabricTimeouts, st.Timeouts)
+	for _, p := range st.Paths {
+		buckets := make(map[float64]uint64, remote.NumRTTBuckets)
+		for i, n := range p.RTTBuckets {
+			buckets[remote.RTTBucketBound(i).Seconds()] = n
+		}
+		ch <- prometheus.MustNewConstHistogram(c.fabricPathRTT, p.RTTCount, p.RTTSum.Seconds(), buckets, strconv.Itoa(p.Path))
+	}
 }
 
 // histogram converts a latency histogram to a Prometheus one in seconds

@@ -42,7 +42,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fab        fabricFlagValues
 		o          options
 	)
-	fs.StringVar(&fab.listen, "fabric-listen", "", "cross-host fabric: UDP `ip:port` to bind (enables the fabric with --gid-prefix and --fabric-secret-file)")
+	fs.StringVar(&fab.listen, "fabric-listen", "", "cross-host fabric: UDP `ip:port` (or :port with --fabric-interface) to bind (enables the fabric with --gid-prefix and --fabric-secret-file)")
+	fs.StringVar(&fab.iface, "fabric-interface", "", "cross-host fabric: network `interface` to bind (its address and MTU unless given)")
 	fs.StringVar(&fab.prefix, "gid-prefix", "", "cross-host fabric: this host's GID `prefix` (an IPv6 /64)")
 	fs.StringVar(&fab.secret, "fabric-secret-file", "", "cross-host fabric: `file` holding the cluster key")
 	fs.IntVar(&fab.mtu, "fabric-mtu", 0, "cross-host fabric: the host network's `MTU` (default 1500)")
@@ -120,9 +121,9 @@ func (p *peerList) Set(v string) error {
 
 // fabricFlagValues are the cross-host fabric's flags.
 type fabricFlagValues struct {
-	listen, prefix, secret, spray, cc string
-	mtu, paths                        int
-	peers                             peerList
+	listen, iface, prefix, secret, spray, cc string
+	mtu, paths                               int
+	peers                                    peerList
 }
 
 // fabricFlags applies the fabric flags given over the config file's
@@ -134,7 +135,7 @@ func fabricFlags(fs *flag.FlagSet, cfg *daemon.Config, v *fabricFlagValues) erro
 			return
 		}
 		switch f.Name {
-		case "fabric-listen", "gid-prefix", "fabric-secret-file", "fabric-mtu", "fabric-paths", "spray", "cc", "peer":
+		case "fabric-listen", "fabric-interface", "gid-prefix", "fabric-secret-file", "fabric-mtu", "fabric-paths", "spray", "cc", "peer":
 		default:
 			return
 		}
@@ -144,9 +145,11 @@ func fabricFlags(fs *flag.FlagSet, cfg *daemon.Config, v *fabricFlagValues) erro
 		fab := cfg.Fabric
 		switch f.Name {
 		case "fabric-listen":
-			if fab.Listen, err = netip.ParseAddrPort(v.listen); err != nil {
+			if fab.Listen, err = daemon.ParseListen(v.listen); err != nil {
 				err = fmt.Errorf("--fabric-listen: %w", err)
 			}
+		case "fabric-interface":
+			fab.Interface = v.iface
 		case "gid-prefix":
 			if fab.GIDPrefix, err = netip.ParsePrefix(v.prefix); err != nil {
 				err = fmt.Errorf("--gid-prefix: %w", err)

@@ -209,6 +209,11 @@ func TestFabricFlags(t *testing.T) {
 		f.Paths != 128 || f.Spray != "reps" || f.CC != "swift" {
 		t.Fatalf("fabric %+v", f)
 	}
+	o, err = parseFlags([]string{"--run-dir", "/run/x", "--fabric-interface", "eth1", "--fabric-listen", ":4791", "--gid-prefix", "fd00:0:0:1::/64",
+		"--fabric-secret-file", "/etc/k"}, &strings.Builder{})
+	if err != nil || o.cfg.Fabric.Interface != "eth1" || o.cfg.Fabric.Listen.String() != "0.0.0.0:4791" {
+		t.Fatalf("--fabric-interface: %+v %v", o.cfg.Fabric, err)
+	}
 	if o, _ := parseFlags([]string{"--run-dir", "/run/x"}, &strings.Builder{}); o.cfg.Fabric != nil {
 		t.Fatal("a fabric without fabric flags")
 	}
@@ -219,6 +224,7 @@ func TestFabricFlags(t *testing.T) {
 		{"--fabric-listen", "10.0.0.1:4791", "--gid-prefix", "fd00:0:0:1::/64"}, // no secret
 		{"--fabric-listen", "10.0.0.1:4791", "--gid-prefix", "fd00:0:0:1::/64", "--fabric-secret-file", "/etc/k", "--spray", "ecmp"},
 		{"--fabric-listen", "10.0.0.1:4791", "--gid-prefix", "fd00:0:0:1::/64", "--fabric-secret-file", "/etc/k", "--cc", "bbr"},
+		{"--fabric-interface", "eth/1", "--fabric-listen", ":4791", "--gid-prefix", "fd00:0:0:1::/64", "--fabric-secret-file", "/etc/k"},
 	} {
 		if _, err := parseFlags(append([]string{"--run-dir", "/run/x"}, args...), &strings.Builder{}); err == nil {
 			t.Errorf("%v accepted", args)

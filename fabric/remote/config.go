@@ -27,8 +27,18 @@ const maxSocketBuffer = 1 << 30
 // are usable defaults.
 type Config struct {
 	// Listen is the local UDP address and base port (port 0: any free
-	// range, for tests). Path i is port+i (transport/udp).
+	// range, for tests). Path i is port+i (transport/udp). With
+	// Interface set, an unspecified address (0.0.0.0 or ::) stands for
+	// the interface's own of that family (hostnet.Resolve); otherwise
+	// it binds every local address.
 	Listen netip.AddrPort
+	// Interface, if set, is the network interface the fabric uses: its
+	// sockets are bound to it (SO_BINDTODEVICE: packets in and out go
+	// through it only), Listen's address, if unspecified, is its first
+	// global unicast address of that family (and must otherwise be one
+	// of its addresses), and its MTU is the default of MTU. New looks
+	// it up; Validate only checks the name.
+	Interface string
 	// Paths is the number of UDP source ports (default 1), the paths a
 	// connection's packets may take through an ECMP network.
 	Paths int
@@ -56,8 +66,8 @@ type Config struct {
 	// both ends derive every connection's ids and tokens (ConnIdentity).
 	// All hosts of a cluster must share it.
 	Secret []byte
-	// MTU is the host network's MTU (default 1500): a DATA packet, with
-	// its IP and UDP headers, fits it.
+	// MTU is the host network's MTU (default Interface's, or 1500): a
+	// DATA packet, with its IP and UDP headers, fits it.
 	MTU int
 	// Transport is the template of every connection: MaxPayload (if
 	// set, a cap below what the MTUs allow),
@@ -158,6 +168,11 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("remote: Listen: not set (want ip:port)")
 	}
 	cfg.Listen = netip.AddrPortFrom(cfg.Listen.Addr().Unmap(), cfg.Listen.Port())
+	if cfg.Interface != "" {
+		if err := cfg.checkInterface(); err != nil {
+			return cfg, err
+		}
+	}
 	switch {
 	case cfg.Paths == 0:
 		cfg.Paths = 1

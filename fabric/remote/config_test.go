@@ -2,12 +2,14 @@ package remote_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/hostnet"
 	"github.com/vstellar/vstellar/transport"
 )
 
@@ -55,6 +57,10 @@ func TestConfigErrors(t *testing.T) {
 		{"bad transport window", func(c *remote.Config) { c.Transport.Window = 1000 }, "Transport"},
 		{"bad transport payload", func(c *remote.Config) { c.Transport.MaxPayload = 10 }, "Transport"},
 		{"shared congestion control", func(c *remote.Config) { c.Transport.CC = transport.NewFixedWindow(4) }, "Transport: Path and CC"},
+		{"bad interface name", func(c *remote.Config) { c.Interface = "eth0:1" }, "Interface: hostnet: invalid interface name"},
+		{"no such interface", func(c *remote.Config) { c.Interface = "nosuch0" }, `Interface: hostnet: interface "nosuch0": no such interface`},
+		{"interface without listen", func(c *remote.Config) { c.Interface, c.Listen = "lo", netip.AddrPort{} }, "Interface: Listen: not set"},
+		{"zone and interface differ", func(c *remote.Config) { c.Interface, c.Listen = "lo", ap("[fe80::1%eth0]:0") }, `Interface: Listen [fe80::1%eth0]:0 has zone "eth0", another interface`},
 	} {
 		cfg := validConfig()
 		c.mod(&cfg)
@@ -202,4 +208,27 @@ func FuzzParsePeers(f *testing.F) {
 			t.Fatalf("%q: %v printed as %q parses to %v, %v", s, peers, parts, again, err)
 		}
 	})
+}
+
+// TestInterfaceLoopback: bound to lo by name, the fabric takes 127.0.0.1
+// only if asked for by address (lo's addresses are not global), and
+// lo's 65536-byte MTU is capped at what an IP packet can hold.
+func TestInterfaceLoopback(t *testing.T) {
+	cfg := validConfig()
+	cfg.Interface, cfg.Peers = "lo", nil
+	f, err := remote.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Addr().Addr() != netip.MustParseAddr("127.0.0.1") || f.MTU() > 65535 || f.MTU() < 1500 {
+		t.Fatalf("bound %v, MTU %d", f.Addr(), f.MTU())
+	}
+	cfg.Listen = netip.MustParseAddrPort("0.0.0.0:0")
+	if f, err := remote.New(cfg); !errors.Is(err, hostnet.ErrNoAddress) || !errors.Is(err, remote.ErrInterface) {
+		if err == nil {
+			f.Close()
+		}
+		t.Fatalf("lo by name alone: %v", err)
+	}
 }

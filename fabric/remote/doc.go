@@ -15,6 +15,19 @@
 // fabric.StreamResponder (Begin, Place in any order, Commit in order,
 // Release), adapted to the transport's Sink.
 //
+// The fabric's host side is an address or a network interface: given
+// Config.Interface, it binds its sockets to that interface
+// (SO_BINDTODEVICE) and takes the interface's address and MTU where the
+// config leaves them out (package hostnet resolves them when New runs,
+// in the calling thread's network namespace).
+//
+// Stats are host-wide totals for monitoring: the loop's datagram
+// counts, every connection's transport counters summed (those of
+// disconnected QPs kept: the endpoint folds a connection's counters in
+// when it removes it), and an RTT histogram per path, recorded by a
+// wrapper around each connection's path selector as ACKs arrive. None
+// of it locks or allocates on the data path.
+//
 // Invariants:
 //   - Post never waits for the I/O loop: it appends to a submission
 //     queue under small locks that nothing holds while waiting, so the

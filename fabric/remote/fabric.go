@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/hostnet"
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/transport/endpoint"
 	"github.com/vstellar/vstellar/transport/udp"
@@ -44,6 +45,7 @@ type Fabric struct {
 	sock     *udp.Conn
 	ep       *endpoint.Endpoint
 	overhead int
+	rtt      []pathRTT // per path, for Stats
 
 	// Read lock-free by Post; written under cmu, copy-on-write.
 	regs   atomic.Pointer[map[abi.GID]fabric.Responder]
@@ -70,26 +72,42 @@ var (
 
 // New validates cfg and opens the socket. Run drives it.
 func New(cfg Config) (*Fabric, error) {
+	var ifc hostnet.Interface
+	if cfg.Interface != "" {
+		var err error
+		if cfg, ifc, err = cfg.fromInterface(context.Background()); err != nil {
+			return nil, err
+		}
+	}
 	cfg, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
-	sock, err := udp.Listen(context.Background(), udp.Config{Addr: cfg.Listen, Paths: cfg.Paths, RecvBuffer: cfg.SocketBuffer, SendBuffer: cfg.SocketBuffer, Logger: cfg.Log})
+	if cfg.Interface != "" && !ifc.Running {
+		cfg.Log.Warn("remote fabric: interface not running (no carrier?): no traffic until it is", "interface", cfg.Interface, "state", ifc.OperState)
+	}
+	sock, err := udp.Listen(context.Background(), udp.Config{Addr: cfg.Listen, Interface: cfg.Interface, Paths: cfg.Paths,
+		RecvBuffer: cfg.SocketBuffer, SendBuffer: cfg.SocketBuffer, Logger: cfg.Log})
 	if err != nil {
 		return nil, fmt.Errorf("remote: Listen %v: %w", cfg.Listen, err)
 	}
-	f := &Fabric{cfg: cfg, log: cfg.Log, local: fabric.NewLocal(), sock: sock, ep: endpoint.New(sock, cfg.Log), overhead: overhead(cfg.Listen)}
+	f := &Fabric{cfg: cfg, log: cfg.Log, local: fabric.NewLocal(), sock: sock, ep: endpoint.New(sock, cfg.Log), overhead: overhead(cfg.Listen),
+		rtt: make([]pathRTT, cfg.Paths)}
 	regs := map[abi.GID]fabric.Responder{}
 	f.regs.Store(&regs)
 	conns := map[fabric.Addr]*conn{}
 	f.conns.Store(&conns)
 	f.routes.Store(&cfg.Peers)
-	f.log.Info("remote fabric listening", "addr", f.Addr(), "paths", cfg.Paths, "gid_prefix", cfg.GIDPrefix, "peers", len(cfg.Peers))
+	f.log.Info("remote fabric listening", "addr", f.Addr(), "interface", cfg.Interface, "mtu", cfg.MTU, "paths", cfg.Paths, "gid_prefix", cfg.GIDPrefix, "peers", len(cfg.Peers))
 	return f, nil
 }
 
 // Addr returns the bound address of path 0.
 func (f *Fabric) Addr() netip.AddrPort { return f.sock.LocalAddr(0) }
+
+// MTU returns the host network MTU the fabric sizes its packets for
+// (Config.MTU, or the default it took).
+func (f *Fabric) MTU() int { return f.cfg.MTU }
 
 // Run drives the connections until ctx ends or Close is called (then it
 // returns nil). It must run for as long as connections are to make
@@ -150,30 +168,6 @@ func (f *Fabric) Close() error {
 	}
 	f.log.Info("remote fabric closed", "addr", f.Addr())
 	return nil
-}
-
-// Stats are the fabric's counters, for monitoring.
-type Stats struct {
-	// Connections is the number of live QP connections.
-	Connections int
-	// Received and Sent count datagrams; SendErrors those the kernel
-	// would not send (no route to a peer, a firewall).
-	Received, Sent, SendErrors uint64
-	// Malformed: datagrams that did not parse. UnknownConn: for no live
-	// connection. Foreign: for a live connection id with the wrong
-	// tenant or token (forged, or a misconfigured peer). Refused: every
-	// datagram a connection refused, Foreign included.
-	Malformed, UnknownConn, Foreign, Refused uint64
-}
-
-// Stats returns the counters.
-func (f *Fabric) Stats() Stats {
-	st := f.ep.Stats()
-	return Stats{
-		Connections: len(*f.conns.Load()),
-		Received:    st.Received, Sent: st.Sent, SendErrors: st.SendErrors,
-		Malformed: st.Malformed, UnknownConn: st.UnknownConn, Foreign: st.Foreign, Refused: st.Refused,
-	}
 }
 
 // Route returns the address of the peer serving gid: the peer whose
@@ -296,6 +290,7 @@ func (f *Fabric) Connect(c fabric.Connection) error {
 	if err != nil {
 		return fmt.Errorf("remote: connect %v: %w", c, err)
 	}
+	tc.Path = rttRecorder{PathSelector: tc.Path, paths: f.rtt}
 	tc.Tenant = c.Tenant
 	tc.LocalConn, tc.LocalToken = id, token
 	tc.RemoteConn, tc.RemoteToken = identity(f.cfg.Secret, c.Tenant, c.Local, c.Remote)

@@ -287,6 +287,7 @@ type host struct {
 
 type opts struct {
 	transport transport.Config
+	paths     int
 }
 
 func newHost(t testing.TB, prefix, gid string, o opts) *host {
@@ -296,6 +297,7 @@ func newHost(t testing.TB, prefix, gid string, o opts) *host {
 		GIDPrefix: netip.MustParsePrefix(prefix),
 		Secret:    secret,
 		Transport: o.transport,
+		Paths:     o.paths,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -49,6 +49,12 @@ type Stats struct {
 	// peer, refused by a firewall, ...): dropped like a packet lost on
 	// the wire, for the transport to resend or give up on.
 	SendErrors uint64
+	// PayloadSent: payload bytes of the DATA packets the connections
+	// transmitted, retransmissions included (what the wire carried for
+	// them, headers excluded). PayloadReceived: payload bytes of the
+	// DATA packets that parsed, whatever their connection made of them
+	// (duplicates and refused ones included).
+	PayloadSent, PayloadReceived uint64
 }
 
 // sub is one queued submission: a message, or new retry limits.
@@ -89,7 +95,8 @@ type Endpoint struct {
 	conns map[uint32]*entry
 	order []*entry // iteration order, for fairness and determinism
 	st    Stats
-	kick  bool // a connection failed in Transmit: collect its completions at once
+	gone  transport.Stats // the counters of removed connections, summed
+	kick  bool            // a connection failed in Transmit: collect its completions at once
 
 	smu     sync.Mutex
 	live    map[uint32]*entry // the connections Submit may queue for
@@ -182,6 +189,10 @@ func (e *Endpoint) Remove(id uint32) (ok bool) {
 	e.smu.Unlock()
 	delete(e.conns, id)
 	e.order = slices.DeleteFunc(e.order, func(x *entry) bool { return x == en })
+	// Closed, the connection counts nothing more: its counters join
+	// the totals here, under mu, so ConnTotals never misses or doubles
+	// them.
+	addStats(&e.gone, en.c.Stats())
 	// The loop may be delivering earlier completions of en (it took dmu
 	// before it let go of mu): ours come after.
 	e.dmu.Lock()
@@ -281,6 +292,36 @@ func (e *Endpoint) ConnStats(id uint32) (transport.Stats, bool) {
 	return en.c.Stats(), true
 }
 
+// ConnTotals returns the counters of every connection the Endpoint has
+// had, summed: the live ones' and those of connections removed. It is
+// what a monitor scrapes; the hot path pays nothing for it (each
+// connection keeps its own counters, summed only here).
+func (e *Endpoint) ConnTotals() transport.Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.gone
+	for _, en := range e.order {
+		addStats(&t, en.c.Stats())
+	}
+	return t
+}
+
+// addStats adds every counter of s to t.
+func addStats(t *transport.Stats, s transport.Stats) {
+	t.DataSent += s.DataSent
+	t.Retransmits += s.Retransmits
+	t.AcksSent += s.AcksSent
+	t.AcksReceived += s.AcksReceived
+	t.DataReceived += s.DataReceived
+	t.Duplicates += s.Duplicates
+	t.Timeouts += s.Timeouts
+	t.FastRetransmits += s.FastRetransmits
+	t.RNRNaks += s.RNRNaks
+	t.Foreign += s.Foreign
+	t.Invalid += s.Invalid
+	t.BytesPlaced += s.BytesPlaced
+}
+
 // wake interrupts a blocked read. Called with smu.
 func (e *Endpoint) wake() {
 	if !e.woken {
@@ -357,6 +398,9 @@ func (e *Endpoint) process(n int) {
 		if err := wire.Parse(m.Buf[:m.N], &e.pkt); err != nil {
 			e.st.Malformed++
 			continue
+		}
+		if e.pkt.Type == wire.TypeData {
+			e.st.PayloadReceived += uint64(len(e.pkt.Payload))
 		}
 		en, ok := e.conns[e.pkt.Conn]
 		if !ok {
@@ -484,6 +528,9 @@ func (e *Endpoint) send() error {
 					}
 					break
 				}
+				if isData(pkt) {
+					e.st.PayloadSent += uint64(len(pkt) - wire.HeaderLen - wire.DataLen)
+				}
 				e.out = append(e.out, udp.Message{Buf: pkt, N: len(pkt), Addr: en.peer, Path: int(path) % en.paths})
 			}
 		}
@@ -519,4 +566,11 @@ func (e *Endpoint) send() error {
 			return nil
 		}
 	}
+}
+
+// isData reports whether pkt, as a connection built it, is a DATA packet:
+// the type is the common header's fourth byte (docs/wire.md), which the
+// connection wrote, so no parse is needed.
+func isData(pkt []byte) bool {
+	return len(pkt) >= wire.HeaderLen+wire.DataLen && wire.Type(pkt[3]) == wire.TypeData
 }

@@ -146,4 +146,21 @@ func TestTwoEndpoints(t *testing.T) {
 	if st := eps[0].Stats(); st.Malformed+st.UnknownConn+st.Refused != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+	// The totals: each side placed what the other wrote, and sent at
+	// least as much; removed connections keep counting in them.
+	const want = conns * msgs * size
+	for i, e := range eps {
+		tot, st := e.ConnTotals(), e.Stats()
+		if tot.BytesPlaced != want || tot.DataReceived == 0 || tot.DataSent == 0 || st.PayloadSent < want || st.PayloadReceived < want {
+			t.Fatalf("endpoint %d: totals %+v, stats %+v, want %d bytes each way", i, tot, st, want)
+		}
+		for k := range uint32(conns) {
+			if !e.Remove(10 + k*2 + uint32(i)) {
+				t.Fatal("not removed")
+			}
+		}
+		if after := e.ConnTotals(); after != tot {
+			t.Fatalf("endpoint %d: totals %+v after removing the connections, %+v before", i, after, tot)
+		}
+	}
 }
