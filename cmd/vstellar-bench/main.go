@@ -1,49 +1,3 @@
-// Command vstellar-bench runs vStellar's benchmarks. Each suite compares
-// against its baseline in the same run and reports the ratio, because the
-// machines it runs on are shared and noisy. It prints a table, or with
-// --json one JSON object of numbers.
-//
-//	vstellar-bench verbs [--quick] [--json]
-//	    RDMA WRITE bandwidth (4 KiB..4 MiB) and 8-byte WRITE ping-pong
-//	    latency between two VMs on one in-process daemon, beside a raw
-//	    memcpy of the same sizes.
-//
-//	vstellar-bench startup [--mem 1G,4G,16G] [--quick] [--json]
-//	    Time from the VMM's connect to a ready device (CQ, RC QP, a 1 GiB
-//	    MR, one 4 KiB WRITE done) for each guest size, with the device
-//	    pinning all guest memory at SET_MEM_TABLE (the VFIO baseline) and
-//	    pinning on demand (PVDMA).
-//
-//	vstellar-bench regmr [--quick] [--json]
-//	    REG_MR latency, 1 MiB..1 GiB, pinning on demand vs pinning at
-//	    registration (the ibv_reg_mr baseline), and the cost of the first
-//	    DMA into a 2 MiB chunk that is not pinned yet.
-//
-//	vstellar-bench translate [--devices 1,16,256,1024] [--quick] [--json]
-//	    DMA address translation through the eMTT beside the two-level
-//	    path it replaces (MTT, shared ATC, IOMMU page walk) as devices grow.
-//
-//	vstellar-bench wire [--quick] [--json]
-//	    RDMA WRITE goodput (64 KiB..4 MiB, several RC QPs) and 8-byte WRITE
-//	    latency between two VMs on two hosts (two network namespaces, each
-//	    an in-process vstellard with its cross-host fabric), beside the
-//	    transport alone and raw batched UDP between the same namespaces.
-//
-//	vstellar-bench loss [--quick] [--json]
-//	    VM-to-VM WRITE goodput under random loss (1/16384..1/256) on a
-//	    500 Mb/s two-namespace link with 500 µs of delay each way,
-//	    selective repeat vs go-back-N, as a fraction of lossless. Needs
-//	    root.
-//
-//	vstellar-bench spray [--quick] [--json]
-//	    Permutation traffic across a 2-leaf, 4-spine namespace fabric,
-//	    every path selector beside the single path: goodput as a fraction
-//	    of the bisection, and best sprayer / single. Needs root.
-//
-//	vstellar-bench failover [--quick] [--json]
-//	    One leaf->spine link black-holed mid-transfer: time until goodput
-//	    recovers and the fraction of the remaining capacity after, each
-//	    selector beside the single path. Needs root.
 package main
 
 import (
@@ -56,7 +10,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"syscall"
+
+	"github.com/vstellar/vstellar/transport/netlab"
 )
 
 func main() {
@@ -67,18 +24,27 @@ func main() {
 type suite struct {
 	name  string
 	about string
-	run   func(ctx context.Context, o options, r *report) error
+	// method says what the suite measures and how, for the report
+	// command's section (a few sentences; the tables' titles and notes
+	// carry the details of each run).
+	method string
+	// needsRoot: the suite builds network namespaces and fails without
+	// them; the report command skips it, saying so.
+	needsRoot bool
+	goals     []goal
+	run       func(ctx context.Context, o options, r *report) error
 }
 
 var suites = []suite{
-	{"verbs", "RDMA WRITE bandwidth and latency between two VMs on one daemon vs memcpy", runVerbs},
-	{"startup", "VMM connect to a ready device, pinning all guest memory vs on demand", runStartup},
-	{"regmr", "REG_MR latency on demand vs pinning at registration, and first-touch cost", runRegMR},
-	{"translate", "eMTT translation vs MTT + shared ATC + IOMMU walk as devices grow", runTranslate},
-	{"wire", "VM-to-VM WRITE goodput and latency across two hosts vs raw batched UDP", runWire},
-	{"loss", "VM-to-VM goodput under loss, selective repeat vs go-back-N (needs root)", runLoss},
-	{"spray", "leaf-spine permutation goodput per path selector vs single path (needs root)", runSpray},
-	{"failover", "goodput through a black-holed spine, sprayers vs single path (needs root)", runFailover},
+	{"verbs", "RDMA WRITE bandwidth and latency between two VMs on one daemon vs memcpy", verbsMethod, false, verbsGoals, runVerbs},
+	{"startup", "VMM connect to a ready device, pinning all guest memory vs on demand", startupMethod, false, startupGoals, runStartup},
+	{"regmr", "REG_MR latency on demand vs pinning at registration, and first-touch cost", regmrMethod, false, regmrGoals, runRegMR},
+	{"translate", "eMTT translation vs MTT + shared ATC + IOMMU walk as devices grow", translateMethod, false, translateGoals, runTranslate},
+	{"devices", "N devices in one daemon through the management API: create/destroy latency, RSS, idle CPU", devicesMethod, false, devicesGoals, runDevices},
+	{"wire", "VM-to-VM WRITE goodput and latency across two hosts vs raw batched UDP", wireMethod, false, wireGoals, runWire},
+	{"loss", "VM-to-VM goodput under loss, selective repeat vs go-back-N (needs root)", lossMethod, true, lossGoals, runLoss},
+	{"spray", "leaf-spine permutation goodput per path selector vs single path (needs root)", sprayMethod, true, sprayGoals, runSpray},
+	{"failover", "goodput through a black-holed spine, sprayers vs single path (needs root)", failoverMethod, true, failoverGoals, runFailover},
 }
 
 // errUsage marks a suite's error about its flags: exit status 2, as for
@@ -96,13 +62,69 @@ type options struct {
 	devices string
 	// mem lists the guest memory sizes of the startup suite.
 	mem string
+	// count is the devices suite's number of devices (0: its default).
+	count int
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: vstellar-bench <suite> [--quick] [--json]")
+	fmt.Fprintln(w, "       vstellar-bench report [--quick] [--out docs/benchmarks.md] [--plots docs/plots] [--suites a,b]")
 	for _, s := range suites {
-		fmt.Fprintf(w, "  %-8s %s\n", s.name, s.about)
+		fmt.Fprintf(w, "  %-9s %s\n", s.name, s.about)
 	}
+	fmt.Fprintf(w, "  %-9s %s\n", "report", "run every suite and write the results page and its plots")
+}
+
+func findSuite(name string) *suite {
+	for i := range suites {
+		if suites[i].name == name {
+			return &suites[i]
+		}
+	}
+	return nil
+}
+
+// suiteFlags parses a suite's flags into o; the report command parses
+// the same flags for each suite it runs, so that the command it prints
+// is the one it ran.
+func suiteFlags(s *suite, args []string, stderr io.Writer) (o options, cpuProfile string, err error) {
+	fs := flag.NewFlagSet("vstellar-bench "+s.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&o.quick, "quick", false, "fewer sizes and iterations (a smoke run)")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object of numbers instead of a table")
+	fs.StringVar(&o.devices, "devices", "", "translate: comma-separated device counts (default 1,16,256,1024; --quick 1,256)")
+	fs.StringVar(&o.mem, "mem", "", "startup: comma-separated guest memory sizes (default 1G,4G,16G; --quick 4G)")
+	fs.Func("count", fmt.Sprintf("devices: number of devices (default %d; --quick %d)", devicesDefault, devicesQuick), func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > devicesMax {
+			return fmt.Errorf("--count %s: not a device count in 1..%d", v, devicesMax)
+		}
+		o.count = n
+		return nil
+	})
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	if err := fs.Parse(args); err != nil {
+		return o, "", err
+	}
+	if fs.NArg() != 0 {
+		err := fmt.Errorf("unexpected arguments %q", fs.Args())
+		fmt.Fprintf(stderr, "vstellar-bench: %v\n", err)
+		return o, "", err
+	}
+	return o, cpuProfile, nil
+}
+
+// startProfile starts a CPU profile into path; stop ends it.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -110,45 +132,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	var s *suite
-	for i := range suites {
-		if suites[i].name == args[0] {
-			s = &suites[i]
-		}
+	if args[0] == "report" {
+		return runReport(args[1:], stdout, stderr, reportEnv{available: netlab.Available})
 	}
+	s := findSuite(args[0])
 	if s == nil {
 		fmt.Fprintf(stderr, "vstellar-bench: unknown suite %q\n", args[0])
 		usage(stderr)
 		return 2
 	}
-	fs := flag.NewFlagSet("vstellar-bench "+s.name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o options
-	fs.BoolVar(&o.quick, "quick", false, "fewer sizes and iterations (a smoke run)")
-	fs.BoolVar(&o.json, "json", false, "print one JSON object of numbers instead of a table")
-	fs.StringVar(&o.devices, "devices", "", "translate: comma-separated device counts (default 1,16,256,1024; --quick 1,256)")
-	fs.StringVar(&o.mem, "mem", "", "startup: comma-separated guest memory sizes (default 1G,4G,16G; --quick 4G)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "vstellar-bench: unexpected arguments %q\n", fs.Args())
+	o, cpuProfile, err := suiteFlags(s, args[1:], stderr)
+	if err != nil {
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
+	if cpuProfile != "" {
+		stopProfile, err := startProfile(cpuProfile)
 		if err != nil {
-			fmt.Fprintf(stderr, "vstellar-bench: cpu profile: %v\n", err)
+			fmt.Fprintf(stderr, "vstellar-bench: %v\n", err)
 			return 1
 		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	r := &report{}
 	if err := s.run(ctx, o, r); err != nil {
@@ -168,5 +173,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	r.print(stdout)
+	printVerdicts(stdout, checkGoals(s.goals, r.summary))
 	return 0
 }

@@ -29,6 +29,11 @@ func TestRunUsageErrors(t *testing.T) {
 		{"help", []string{"verbs", "-h"}, "-quick"},
 		{"bad --mem", []string{"startup", "--mem", "3Q"}, `size "3Q" needs a unit`},
 		{"bad --devices", []string{"translate", "--devices", "0"}, "not a device count"},
+		{"bad --count", []string{"devices", "--count", "0"}, "--count 0: not a device count"},
+		{"huge --count", []string{"devices", "--count", "1000000"}, "not a device count in 1..5000"},
+		{"report: unknown suite", []string{"report", "--suites", "verbs,disk"}, `unknown suite "disk"`},
+		{"report: extra argument", []string{"report", "now"}, `unexpected arguments ["now"]`},
+		{"report: unknown flag", []string{"report", "--json"}, "flag provided but not defined: -json"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -129,7 +134,7 @@ func TestVerbsTable(t *testing.T) {
 	for _, want := range []string{
 		"RDMA WRITE, VM a -> VM b on one daemon, vs memcpy", "64 KiB", "1 MiB",
 		"8-byte inline WRITE ping-pong",
-		"lat_8b_p50_us", "lat_8b_p99_us", "memcpy_gbps_1m", "ratio", "write_gbps_1m", "goals: ratio >= 0.7",
+		"lat_8b_p50_us", "lat_8b_p99_us", "memcpy_gbps_1m", "ratio", "write_gbps_1m", "goal ratio >= 0.7 (WRITE / memcpy at 1 MiB): ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -252,7 +257,7 @@ func TestStartupTable(t *testing.T) {
 	}
 	for _, want := range []string{
 		"VMM connect -> device ready", "Where pin_all and pvdma start-up goes",
-		"64 MiB", "128 MiB", "32 MiB MR", "pvdma_flatness", "goals: ratio >= 100",
+		"64 MiB", "128 MiB", "32 MiB MR", "pvdma_flatness", "goal ratio >= 100",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -309,7 +314,7 @@ func TestRegMRTable(t *testing.T) {
 	}
 	for _, want := range []string{
 		"REG_MR latency, on demand (PVDMA) vs pinning at registration", "First touch",
-		"guest-written", "never written", "regmr_1g_p50_ms", "goals: regmr_1g_p50_ms < 1",
+		"guest-written", "never written", "regmr_1g_p50_ms", "goal regmr_1g_p50_ms < 1",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -3,17 +3,22 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 )
 
-// report collects a suite's tables and its summary numbers (the JSON).
+// report collects a suite's tables, its summary numbers (the JSON) and
+// the series its plots are drawn from. The table form prints tables,
+// summary and notes; the report command (reportcmd.go) also draws the
+// figures.
 type report struct {
 	tables  []*table
 	summary map[string]float64
 	notes   []string
+	figures []*figure
 }
 
 type table struct {
@@ -41,6 +46,82 @@ func (r *report) note(format string, args ...any) {
 	r.notes = append(r.notes, fmt.Sprintf(format, args...))
 }
 
+// figure is one plot's data, recorded by a suite as it measures, so that
+// plots never parse table cells: named series of (x, y) points drawn as
+// lines, or, for a bar chart, one value per category in each series.
+type figure struct {
+	name           string // file name stem, unique within the suite
+	title          string
+	xLabel, yLabel string
+	logX, logY     bool
+	bars           bool
+	categories     []string // bar charts: the x axis, in order
+	series         []*series
+}
+
+type series struct {
+	name   string
+	xs, ys []float64
+	// dashed marks a reference line (a baseline or a threshold) rather
+	// than a measurement.
+	dashed bool
+}
+
+// lines starts a line plot: points added with add, a line per series in
+// the order the series first appear.
+func (r *report) lines(name, title, xLabel, yLabel string) *figure {
+	f := &figure{name: name, title: title, xLabel: xLabel, yLabel: yLabel}
+	r.figures = append(r.figures, f)
+	return f
+}
+
+// barChart starts a bar chart: values added with bar, grouped by
+// category along x, a bar per series in each group.
+func (r *report) barChart(name, title, yLabel string) *figure {
+	f := r.lines(name, title, "", yLabel)
+	f.bars = true
+	return f
+}
+
+func (f *figure) get(name string) *series {
+	for _, s := range f.series {
+		if s.name == name {
+			return s
+		}
+	}
+	s := &series{name: name}
+	f.series = append(f.series, s)
+	return s
+}
+
+// add appends the point (x, y) to the named series of a line plot.
+func (f *figure) add(name string, x, y float64) {
+	s := f.get(name)
+	s.xs = append(s.xs, x)
+	s.ys = append(s.ys, y)
+}
+
+// reference adds a dashed horizontal line at y across [x0, x1].
+func (f *figure) reference(name string, x0, x1, y float64) {
+	s := f.get(name)
+	s.dashed = true
+	s.xs, s.ys = []float64{x0, x1}, []float64{y, y}
+}
+
+// bar sets the named series' value in category (a bar chart).
+func (f *figure) bar(name, category string, y float64) {
+	i := slices.Index(f.categories, category)
+	if i < 0 {
+		i = len(f.categories)
+		f.categories = append(f.categories, category)
+	}
+	s := f.get(name)
+	for len(s.ys) <= i {
+		s.ys = append(s.ys, math.NaN()) // a category this series lacks: no bar
+	}
+	s.ys[i] = y
+}
+
 func (r *report) print(w io.Writer) {
 	for _, t := range r.tables {
 		fmt.Fprintf(w, "%s\n", t.title)
@@ -52,17 +133,22 @@ func (r *report) print(w io.Writer) {
 		tw.Flush()
 		fmt.Fprintln(w)
 	}
-	keys := make([]string, 0, len(r.summary))
-	for k := range r.summary {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range r.keys() {
 		fmt.Fprintf(w, "%-16s %.3f\n", k, r.summary[k])
 	}
 	for _, n := range r.notes {
 		fmt.Fprintln(w, n)
 	}
+}
+
+// keys is the summary's keys, sorted.
+func (r *report) keys() []string {
+	keys := make([]string, 0, len(r.summary))
+	for k := range r.summary {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // gbps is bytes over d in gigabits per second.

@@ -18,8 +18,37 @@ import (
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
-// The spray and failover suites (see main.go's usage) run VMs on a
+// The spray and failover suites (see the package doc) run VMs on a
 // hostsim.Cluster: in-process vstellard hosts on a netlab leaf-spine.
+
+const sprayMethod = `hostsim.Cluster on a netlab leaf-spine of network namespaces: 2 leaves of
+4 hosts, 4 spines, every host an in-process vstellard with a VM; leaf-spine
+links 250 Mb/s (a bisection of 1 Gb/s each way), host links 500 Mb/s, MTU
+9000, 128 UDP source ports per host, CC cubic. Permutation traffic: host i
+under leaf 0 and host i under leaf 1 stream RDMA WRITEs both ways on one RC
+QP pair. Each path selector runs on a fresh cluster with the same ECMP hash
+seed; the single path runs several times, a hash seed each (which flows
+collide varies), and is averaged. Goodput as a fraction of the bisection
+in both directions.`
+
+var sprayGoals = []goal{
+	atLeast("best_frac", 0.9, "the best sprayer's fraction of the bisection"),
+	atLeast("ratio", 1.3, "best sprayer / single path"),
+}
+
+const failoverMethod = `The spray suite's fabric; host i under leaf 0 sends a fixed amount of
+64 KiB WRITEs to host i under leaf 1. After a warm-up, leaf 0 drops
+everything it sends to its busiest spine (a black hole: the route is
+kept). Completed bytes are sampled every 2 ms; recovery is the end of the
+first 20 ms window after the failure whose goodput is back above 70% of
+the remaining capacity, and the post-failure fraction is the goodput
+after recovery over that capacity. Each selector runs on a fresh cluster;
+the headline is the best sprayer that finished its transfer.`
+
+var failoverGoals = []goal{
+	within("recover_ms", 0, 50, "-1: no sprayer finished its transfer and recovered"),
+	atLeast("post_failure_frac", 0.7, "of the remaining capacity"),
+}
 
 // sprayPaths is the UDP source ports (entropies) per host.
 const sprayPaths = 128
@@ -524,6 +553,34 @@ func failoverRun(ctx context.Context, p fabricParams, spray string, seed uint32,
 	return res, nil
 }
 
+// The failover timeline's windows: failoverBin wide, from failoverBefore
+// before the black hole to failoverAfter past the transfer's planned end.
+const (
+	failoverBin    = 20 * time.Millisecond
+	failoverBefore = 200 * time.Millisecond
+	failoverAfter  = 300 * time.Millisecond
+)
+
+// timeline is the goodput in windows of bin, as (ms since the black hole,
+// Gb/s), from before ahead of it to after past it or until the first
+// sender finished, whichever is first (the others then have the fabric
+// to themselves).
+func (res *failoverResult) timeline(bin, before, after time.Duration) [][2]float64 {
+	ss := res.samples
+	if len(ss) == 0 {
+		return nil
+	}
+	end := min(res.blackHoleAt+after, ss[len(ss)-1].at)
+	if res.end >= 0 {
+		end = min(end, res.end)
+	}
+	var out [][2]float64
+	for t := max(0, res.blackHoleAt-before); t+bin <= end; t += bin {
+		out = append(out, [2]float64{float64((t + bin - res.blackHoleAt).Microseconds()) / 1e3, rate(ss, t, t+bin) / 1e9})
+	}
+	return out
+}
+
 // measure derives the rates and the recovery from the samples.
 func (res *failoverResult) measure(tm failoverTiming, p fabricParams) {
 	ss, tb := res.samples, res.blackHoleAt
@@ -588,6 +645,7 @@ func runSpray(ctx context.Context, o options, r *report) error {
 	pl := sprayPlanFor(o)
 	sizes := append([]int{pl.p.size}, pl.extraSizes...)
 	var where string
+	fig := r.barChart("selectors", "Permutation goodput per path selector", "fraction of the bisection")
 	for n, size := range sizes {
 		p := pl.p
 		p.size = size
@@ -630,6 +688,7 @@ func runSpray(ctx context.Context, o options, r *report) error {
 				}
 			}
 			f := mean(fracs)
+			fig.bar(sizeName(uint64(size))+" WRITEs", kind, f)
 			r.set(kind+"_frac"+key, f)
 			r.set(kind+"_qp_errors"+key, float64(errQPs))
 			if kind == "single" {
@@ -652,7 +711,6 @@ func runSpray(ctx context.Context, o options, r *report) error {
 	r.note("each selector on a fresh cluster, the same ECMP hash seed; %v warm-up, then %v measured; goodput = bytes of WRITEs completed (data placed and acknowledged) / time; fraction = goodput / (2 x bisection)", pl.warm, pl.d)
 	r.note("single: one source port per QP, picked by the connection id (an HMAC under the cluster secret, new per run), so which flows collide on a spine varies; it runs %d times, each with another ECMP hash seed, and single_frac is their mean", pl.singleRuns)
 	r.note("spines %%: each leaf's uplink bytes per spine; wire/goodput: bytes on all uplinks (frames, ACKs, retransmissions) per goodput byte, about 1.01-1.02 with no retransmission; drops: frames the uplinks' rate limiters dropped; UDP lost: datagrams the hosts sent less those they received (counters read a moment apart, so +-100 is noise)")
-	r.note("goals: best_frac >= 0.9, ratio (best sprayer / single) >= 1.3")
 	return nil
 }
 
@@ -715,6 +773,7 @@ func runFailover(ctx context.Context, o options, r *report) error {
 		post    float64
 	}
 	var cands []cand
+	fig := r.lines("timeline", fmt.Sprintf("Goodput around the black hole (%v windows)", failoverBin), "ms since the black hole", "Gb/s")
 	for _, kind := range pl.kinds {
 		res, err := failoverRun(ctx, p, kind, hashSeed(0), pl.tm)
 		if err != nil {
@@ -723,6 +782,9 @@ func runFailover(ctx context.Context, o options, r *report) error {
 		if t == nil {
 			t = r.table(fmt.Sprintf("Leaf 0 -> leaf 1, one uplink of leaf 0 black-holed mid-transfer; %s", res.where),
 				"selector", "spine", "pre Gb/s", "pre fraction", "recover ms", "post Gb/s", "post fraction", "done", "QPs in error")
+		}
+		for _, pt := range res.timeline(failoverBin, failoverBefore, pl.tm.post+failoverAfter) {
+			fig.add(kind, pt[0], pt[1])
 		}
 		pre := res.preGbps * 1e9 / p.bisection()
 		post := res.postGbps * 1e9 / remaining
@@ -744,6 +806,8 @@ func runFailover(ctx context.Context, o options, r *report) error {
 			cands = append(cands, cand{kind, res.recover, post})
 		}
 	}
+	fig.reference("70% of the remaining capacity", -float64(failoverBefore.Milliseconds()),
+		float64((pl.tm.post + failoverAfter).Milliseconds()), 0.7*remaining/1e9)
 	// The headline sprayer: of those that finished their transfer and
 	// recovered, the best goodput after the failure among those back
 	// within recoverBy, else the quickest to recover.
@@ -775,7 +839,6 @@ func runFailover(ctx context.Context, o options, r *report) error {
 	r.note("recover ms: from the black hole to the end of the first %v window (starting after it) whose goodput is >= 70%% of the remaining capacity (%s); never: not before the first pair finished", pl.tm.window, rateName(remaining))
 	r.note("post fraction: goodput from recovery (or %v after the black hole) for up to %v, before the first pair finishes, over the remaining capacity; pre fraction: over the bisection", recoverBy, pl.tm.post)
 	r.note("single: a QP whose one path dies exhausts its retries and goes to error (QPs in error); its pair's transfer never finishes")
-	r.note("goals: the sprayer's transfer completes, recover_ms <= 50, post_failure_frac >= 0.7")
 	return nil
 }
 

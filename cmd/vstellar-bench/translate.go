@@ -66,6 +66,23 @@ const (
 	trHotPct  = 90
 )
 
+const translateMethod = `ns per DMA address translation with 1 to 1024 devices, each its own VM
+with 4 MRs of 64 MiB, through the eMTT (emtt.Table.Translate with the pin
+references the engine takes and drops) and through a model of the
+two-level path it replaces (emtt/twolevel: a per-device MTT of 4 KiB pages,
+then per page a 64-entry ATC shared by all devices, with a 4-level IOMMU
+page walk on a miss), on the same precomputed sequence of DMAs of 4-64
+KiB, devices interleaved; best of the rounds. The headline pattern reuses
+buffers: each device has 4 hot 64 KiB buffers that take 90% of its DMAs;
+the uniform pattern (no reuse) is the ATC's worst case. The model adds no
+delay for a miss (a NIC pays a PCIe round trip to the IOMMU), so the
+ratios understate the gap.`
+
+var translateGoals = []goal{
+	atLeast("ratio", 5, "2-level / eMTT at the largest device count; the issue sets it at 1024"),
+	atMost("emtt_flatness", 1.5, "eMTT flat: ns at the largest count / ns at 1 device"),
+}
+
 // trSizes are the DMA lengths, drawn uniformly.
 var trSizes = []uint64{4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10}
 
@@ -156,6 +173,16 @@ func runTranslate(ctx context.Context, o options, r *report) error {
 			r.set(key("ratio", n), x.atcNS/x.emttNS)
 			r.set(key("atc_hit_pct", n), x.hitPct)
 		}
+		if p == 0 {
+			fig := r.lines("ns", "DMA translation, hot set: ns per DMA", "devices", "ns per DMA")
+			fig.logX = true
+			for i, n := range devCounts {
+				x := res[p][i]
+				fig.add("eMTT", float64(n), x.emttNS)
+				fig.add("eMTT without pins", float64(n), x.noPinNS)
+				fig.add("MTT + shared ATC (model)", float64(n), x.atcNS)
+			}
+		}
 		first, last := res[p][0], res[p][len(devCounts)-1]
 		r.set("emtt_ns"+pat.suffix, last.emttNS)
 		r.set("atc_ns"+pat.suffix, last.atcNS)
@@ -172,7 +199,7 @@ func runTranslate(ctx context.Context, o options, r *report) error {
 	r.note("emtt_flatness, emtt_nopin_flatness and atc_growth = ns at %d devices / ns at %d.",
 		devCounts[len(devCounts)-1], devCounts[0])
 	r.note("The model adds no delay: an ATC miss costs only its page walk here, not the ~1 us PCIe round trip to the IOMMU it costs on a real NIC, so the ratio understates the gap.")
-	r.note("goals: emtt_flatness near 1, ratio >= 5 at 1024 devices (ATC of %d entries, GOMAXPROCS=%d)", twolevel.DefaultATCEntries, runtime.GOMAXPROCS(0))
+	r.note("ATC of %d entries, GOMAXPROCS=%d", twolevel.DefaultATCEntries, runtime.GOMAXPROCS(0))
 	return nil
 }
 
