@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -176,8 +175,11 @@ var (
 
 // Local is the in-process fabric: every device of one daemon.
 type Local struct {
-	mu    sync.Mutex
-	peers atomic.Pointer[map[abi.GID]*entry] // copy-on-write: Post is lock-free
+	// peers maps a GID to its *entry. A sync.Map (a concurrent hash
+	// trie): Post's lookups take no lock, and registering the thousandth
+	// device costs what registering the first did (a copy-on-write map
+	// made creating N devices O(N²)).
+	peers sync.Map
 }
 
 // entry is one registration. Post holds it in an RWMutex read section so
@@ -191,44 +193,19 @@ type entry struct {
 var _ Fabric = (*Local)(nil)
 
 // NewLocal returns an empty in-process fabric.
-func NewLocal() *Local {
-	l := &Local{}
-	m := map[abi.GID]*entry{}
-	l.peers.Store(&m)
-	return l
-}
+func NewLocal() *Local { return &Local{} }
 
 // Register implements Fabric.
 func (l *Local) Register(gid abi.GID, r Responder) (func(), error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	old := *l.peers.Load()
-	if _, ok := old[gid]; ok {
+	e := &entry{r: r}
+	if _, loaded := l.peers.LoadOrStore(gid, e); loaded {
 		return nil, fmt.Errorf("gid %x: %w", gid[:], ErrGIDInUse)
 	}
-	e := &entry{r: r}
-	m := make(map[abi.GID]*entry, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[gid] = e
-	l.peers.Store(&m)
 	return func() { l.unregister(gid, e) }, nil
 }
 
 func (l *Local) unregister(gid abi.GID, e *entry) {
-	l.mu.Lock()
-	old := *l.peers.Load()
-	if old[gid] == e {
-		m := make(map[abi.GID]*entry, len(old))
-		for k, v := range old {
-			if k != gid {
-				m[k] = v
-			}
-		}
-		l.peers.Store(&m)
-	}
-	l.mu.Unlock()
+	l.peers.CompareAndDelete(gid, e)
 	e.mu.Lock() // waits for calls in flight
 	e.gone = true
 	e.mu.Unlock()
@@ -241,10 +218,11 @@ func (l *Local) Post(req *Request, c Completer) {
 }
 
 func (l *Local) deliver(req *Request) Outcome {
-	e := (*l.peers.Load())[req.Dst.GID]
-	if e == nil {
+	v, ok := l.peers.Load(req.Dst.GID)
+	if !ok {
 		return OutcomeUnreachable
 	}
+	e := v.(*entry)
 	if !e.mu.TryRLock() {
 		// Being unregistered: as good as gone, but let the requester
 		// retry rather than fail on a race with a re-registration.
