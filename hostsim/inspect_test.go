@@ -71,6 +71,24 @@ func TestInspectAPI(t *testing.T) {
 		t.Fatalf("host %+v fabric %+v", h, h.Fabric)
 	}
 
+	paths, err := c.Paths(ctx)
+	if err != nil || paths.Paths < 1 || len(paths.Active) == 0 || paths.Active[0].Samples == 0 || paths.Active[0].Mean <= 0 {
+		t.Fatalf("paths %+v %v", paths, err)
+	}
+	nics, err := c.NICs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo := false
+	for _, i := range nics.Interfaces {
+		lo = lo || i.Loopback
+	}
+	// The RDMA list is never null: empty, with rdma_error saying why
+	// on a host without RDMA support.
+	if !lo || nics.RDMA == nil {
+		t.Fatalf("nics %+v", nics)
+	}
+
 	// Bad input: a bad limit, an unknown device, a bad name.
 	if _, err := c.QPs(ctx, "ca", 1<<30); !errors.Is(err, daemon.ErrInvalid) {
 		t.Fatalf("limit 2^30: %v", err)

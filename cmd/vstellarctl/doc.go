@@ -1,5 +1,6 @@
 // Command vstellarctl is the operator's client for vstellard's management
-// API, which it reaches over the daemon's unix socket.
+// API, which it reaches over the daemon's unix socket, and for attaching
+// vStellar devices to running QEMU VMs over QMP (package hotplug).
 //
 // Usage:
 //
@@ -7,13 +8,19 @@
 //
 //	health                          daemon health
 //	devices list                    list devices
-//	devices show NAME               show one device
-//	devices create NAME [--limits JSON] [--pin MODE] [--pin-budget BYTES]
-//	                                create a device (limits: a JSON object;
-//	                                pin: on-demand, at-reg-mr or all)
-//	devices destroy NAME            destroy a device
+//	devices show NAME               one device: connection, objects, memory, traffic
+//	devices qps NAME [--limit N]    its queue pairs
+//	devices mrs NAME [--limit N]    its memory regions
+//	devices create NAME [--limits JSON] [--pin MODE] [--pin-budget BYTES] [--tenant N]
+//	devices destroy NAME
+//	host [nics | paths]             pinned memory and fabric; interfaces and
+//	                                RDMA devices; the fabric's paths and RTTs
+//	attach --qmp SOCKET NAME        hot-plug into a running QEMU
+//	detach --qmp SOCKET NAME        hot-unplug
+//	qemu-args NAME...               cold-plug arguments
 //
-// Output is a table (or key: value lines) by default; --json prints the
-// daemon's JSON answer unchanged. Exit status: 0 on success, 1 if the
-// daemon refused or could not be reached, 2 for bad usage.
+// Output is a table (or key: value lines) by default; --json prints JSON.
+// Exit status: 0 ok, 1 failed, 2 usage, 3 not found, 4 conflict (exists,
+// busy), 5 invalid request, 6 no daemon on the socket, 7 daemon shutting
+// down (docs/operations.md).
 package main

@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/vstellar/vstellar/daemon"
@@ -22,18 +19,44 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// errUsage marks command-line mistakes (exit status 2).
+// errUsage marks command-line mistakes.
 var errUsage = errors.New("usage")
+
+// Exit statuses a script can rely on (docs/operations.md).
+const (
+	exitOK          = 0
+	exitFailed      = 1 // anything not below: the daemon failed, a VMM refused
+	exitUsage       = 2 // bad command line
+	exitNotFound    = 3 // no such device (HTTP 404)
+	exitConflict    = 4 // exists, busy, socket in use (HTTP 409)
+	exitInvalid     = 5 // the daemon refused the request as invalid (HTTP 400)
+	exitUnreachable = 6 // no daemon answers on the socket
+	exitShutdown    = 7 // the daemon is shutting down (HTTP 503)
+)
 
 const usage = `usage: vstellarctl [--socket PATH] [--json] [--timeout DURATION] COMMAND
 
 commands:
   health                               daemon health
   devices list                         list devices
-  devices show NAME                    show one device
-  devices create NAME [--limits JSON] [--pin MODE] [--pin-budget BYTES]
-                                        create a device
+  devices show NAME                    one device: connection, objects, memory, traffic
+  devices qps NAME [--limit N]         a device's queue pairs
+  devices mrs NAME [--limit N]         a device's memory regions
+  devices create NAME [--limits JSON] [--pin MODE] [--pin-budget BYTES] [--tenant N]
+                                       create a device
   devices destroy NAME                 destroy a device
+  host                                 pinned memory and the cross-host fabric
+  host nics                            network interfaces and RDMA devices
+  host paths                           the fabric's paths and their round-trip times
+  attach --qmp SOCKET (NAME | --socket-path PATH) [--id ID] [--bus BUS] [--reconnect D]
+                                       hot-plug a device into a running QEMU
+  detach --qmp SOCKET (NAME | --id ID) hot-unplug it (device_del, DEVICE_DELETED, chardev-remove)
+  qemu-args (NAME... | --socket-path PATH) [--mem SIZE] [--mem-layout numa|machine]
+            [--run-dir DIR] [--id ID] [--bus BUS] [--reconnect D]
+                                       QEMU arguments to cold-plug devices
+
+exit status: 0 ok, 1 failed, 2 usage, 3 not found, 4 conflict, 5 invalid
+request, 6 daemon unreachable, 7 daemon shutting down
 `
 
 // cli is one invocation.
@@ -50,13 +73,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, usage, "\nflags:\n"); fs.PrintDefaults() }
 	socket := fs.String("socket", defaultSocket, "vstellard API socket `path`")
 	c := &cli{stdout: stdout}
-	fs.BoolVar(&c.json, "json", false, "print the daemon's JSON answer")
+	fs.BoolVar(&c.json, "json", false, "print JSON")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "request timeout")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return exitOK
 		}
-		return 2
+		return exitUsage
 	}
 	c.client = daemon.NewClient(*socket)
 	defer c.client.Close()
@@ -64,16 +87,40 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 
 	err := c.dispatch(ctx, fs.Args())
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "vstellarctl: %v\n\n%s", err, usage)
-		return 2
-	default:
-		fmt.Fprintf(stderr, "vstellarctl: %v\n", err)
-		return 1
+	if err == nil {
+		return exitOK
 	}
+	code := exitCode(err)
+	if code == exitUsage {
+		fmt.Fprintf(stderr, "vstellarctl: %v\n\n%s", err, usage)
+	} else {
+		fmt.Fprintf(stderr, "vstellarctl: %v\n", err)
+	}
+	return code
+}
+
+// exitCode maps an error to the exit status scripts see.
+func exitCode(err error) int {
+	var apiErr *daemon.APIError
+	switch {
+	case errors.Is(err, errUsage):
+		return exitUsage
+	case errors.As(err, &apiErr):
+		switch apiErr.Status {
+		case http.StatusNotFound:
+			return exitNotFound
+		case http.StatusConflict:
+			return exitConflict
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+			return exitInvalid
+		case http.StatusServiceUnavailable:
+			return exitShutdown
+		}
+		return exitFailed
+	case errors.Is(err, daemon.ErrUnreachable):
+		return exitUnreachable
+	}
+	return exitFailed
 }
 
 func (c *cli) dispatch(ctx context.Context, args []string) error {
@@ -88,171 +135,27 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.health(ctx)
 	case "devices", "device", "dev":
 		return c.devices(ctx, rest)
+	case "host":
+		return c.host(ctx, rest)
+	case "attach":
+		return c.attach(ctx, rest)
+	case "detach":
+		return c.detach(ctx, rest)
+	case "qemu-args":
+		return c.qemuArgs(ctx, rest)
 	default:
 		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 	}
 }
 
-func (c *cli) devices(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: devices: want list, show, create or destroy", errUsage)
-	}
-	sub, rest := args[0], args[1:]
-	switch sub {
-	case "list", "ls":
-		if len(rest) != 0 {
-			return fmt.Errorf("%w: devices list takes no arguments", errUsage)
-		}
-		return c.list(ctx)
-	case "show", "create", "destroy":
-	default:
-		return fmt.Errorf("%w: devices: unknown subcommand %q", errUsage, sub)
-	}
-	fs := flag.NewFlagSet("devices "+sub, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	limits, pinMode := "", ""
-	var pinBudget uint64
-	if sub == "create" {
-		fs.StringVar(&limits, "limits", "", "device limits, a JSON object")
-		fs.StringVar(&pinMode, "pin", "", "pin mode: on-demand, at-reg-mr or all")
-		fs.Uint64Var(&pinBudget, "pin-budget", 0, "bytes the device may pin on demand")
-	}
-	fs.BoolVar(&c.json, "json", c.json, "print JSON")
-	// Accept flags before or after NAME.
-	var names []string
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return fmt.Errorf("%w: devices %s: %v", errUsage, sub, err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		names, rest = append(names, fs.Arg(0)), fs.Args()[1:]
-	}
-	if len(names) != 1 {
-		return fmt.Errorf("%w: devices %s takes one device NAME", errUsage, sub)
-	}
-	name := names[0]
-	switch sub {
-	case "show":
-		return c.show(ctx, name)
-	case "create":
-		spec := daemon.DeviceSpec{Name: name}
-		if limits != "" {
-			if !json.Valid([]byte(limits)) {
-				return fmt.Errorf("%w: --limits is not valid JSON", errUsage)
-			}
-			spec.Limits = json.RawMessage(limits)
-		}
-		if pinMode != "" || pinBudget != 0 {
-			spec.Pin = &daemon.PinSpec{Mode: pinMode, Budget: pinBudget}
-		}
-		return c.create(ctx, spec)
-	default:
-		return c.destroy(ctx, name)
-	}
-}
-
 func (c *cli) health(ctx context.Context) error {
-	raw, err := c.client.Do(ctx, http.MethodGet, "/v1/health", nil)
+	h, err := c.client.Health(ctx)
 	if err != nil {
 		return err
 	}
 	if c.json {
-		return c.raw(raw)
-	}
-	var h daemon.Health
-	if err := json.Unmarshal(raw, &h); err != nil {
-		return err
+		return c.printJSON(h)
 	}
 	fmt.Fprintf(c.stdout, "status: %s\ndevices: %d\n", h.Status, h.Devices)
 	return nil
-}
-
-func (c *cli) list(ctx context.Context) error {
-	raw, err := c.client.Do(ctx, http.MethodGet, "/v1/devices", nil)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return c.raw(raw)
-	}
-	var l daemon.DeviceList
-	if err := json.Unmarshal(raw, &l); err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCONNECTED\tCONNECTIONS\tREFUSED\tCREATED\tSOCKET\tLAST ERROR")
-	for _, d := range l.Devices {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.Name, yesNo(d.Connected), d.Connections, d.Refused,
-			d.Created.Local().Format(time.DateTime), d.Socket, oneLine(d.LastError))
-	}
-	return tw.Flush()
-}
-
-func (c *cli) show(ctx context.Context, name string) error {
-	raw, err := c.client.Do(ctx, http.MethodGet, daemon.DevicePath(name), nil)
-	if err != nil {
-		return err
-	}
-	return c.printDevice(raw)
-}
-
-func (c *cli) create(ctx context.Context, spec daemon.DeviceSpec) error {
-	raw, err := c.client.Do(ctx, http.MethodPost, "/v1/devices", spec)
-	if err != nil {
-		return err
-	}
-	return c.printDevice(raw)
-}
-
-func (c *cli) destroy(ctx context.Context, name string) error {
-	if _, err := c.client.Do(ctx, http.MethodDelete, daemon.DevicePath(name), nil); err != nil {
-		return err
-	}
-	if c.json {
-		return c.raw(json.RawMessage(fmt.Sprintf(`{"destroyed": %q}`, name)))
-	}
-	fmt.Fprintf(c.stdout, "destroyed %s\n", name)
-	return nil
-}
-
-func (c *cli) printDevice(raw json.RawMessage) error {
-	if c.json {
-		return c.raw(raw)
-	}
-	var d daemon.DeviceInfo
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 1, ' ', 0)
-	fmt.Fprintf(tw, "name:\t%s\n", d.Name)
-	fmt.Fprintf(tw, "socket:\t%s\n", d.Socket)
-	fmt.Fprintf(tw, "connected:\t%s\n", yesNo(d.Connected))
-	fmt.Fprintf(tw, "created:\t%s\n", d.Created.Local().Format(time.RFC3339))
-	fmt.Fprintf(tw, "connections:\t%d\n", d.Connections)
-	fmt.Fprintf(tw, "refused:\t%d\n", d.Refused)
-	if d.LastError != "" {
-		fmt.Fprintf(tw, "last error:\t%s\n", oneLine(d.LastError))
-	}
-	return tw.Flush()
-}
-
-// raw prints a JSON answer as the daemon sent it, newline-terminated.
-func (c *cli) raw(b json.RawMessage) error {
-	s := strings.TrimRight(string(b), "\n")
-	_, err := fmt.Fprintln(c.stdout, s)
-	return err
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
-// oneLine keeps a table row on one line whatever an error message holds.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
 }

@@ -58,8 +58,8 @@ func ctl(t *testing.T, sock string, args ...string) (int, string, string) {
 func TestCtlDevicesLifecycle(t *testing.T) {
 	sock := startDaemon(t)
 
-	code, out, errOut := ctl(t, sock, "devices", "create", "vm1", "--limits", `{"max_qp": 8}`, "--pin", "all", "--pin-budget", "1048576")
-	if code != 0 || !strings.Contains(out, "name:") || !strings.Contains(out, "vm1.sock") {
+	code, out, errOut := ctl(t, sock, "devices", "create", "vm1", "--limits", `{"max_qp": 8}`, "--pin", "all", "--pin-budget", "1048576", "--tenant", "7")
+	if code != 0 || !strings.Contains(out, "created vm1") || !strings.Contains(out, "vm1.sock") {
 		t.Fatalf("create: %d %q %q", code, out, errOut)
 	}
 	code, out, _ = ctl(t, sock, "devices", "list")
@@ -75,8 +75,8 @@ func TestCtlDevicesLifecycle(t *testing.T) {
 		t.Fatalf("list --json: %d %q", code, out)
 	}
 	code, out, _ = ctl(t, sock, "devices", "show", "vm1", "--json")
-	var d daemon.DeviceInfo
-	if code != 0 || json.Unmarshal([]byte(out), &d) != nil || d.Name != "vm1" || d.Connected {
+	var d daemon.DeviceStatus
+	if code != 0 || json.Unmarshal([]byte(out), &d) != nil || d.Name != "vm1" || d.Connected || d.Tenant != 7 {
 		t.Fatalf("show --json: %d %q", code, out)
 	}
 	code, out, _ = ctl(t, sock, "health")
@@ -89,7 +89,7 @@ func TestCtlDevicesLifecycle(t *testing.T) {
 		t.Fatalf("destroy: %d %q", code, out)
 	}
 	code, _, errOut = ctl(t, sock, "devices", "show", "vm1")
-	if code != 1 || !strings.Contains(errOut, "not found") || !strings.Contains(errOut, "404") {
+	if code != exitNotFound || !strings.Contains(errOut, "not found") || !strings.Contains(errOut, "404") {
 		t.Fatalf("show destroyed: %d %q", code, errOut)
 	}
 }
@@ -101,11 +101,16 @@ func TestCtlErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"devices", "create", "boot0"}, 1, "already exists"},
-		{[]string{"devices", "create", "../x"}, 1, "invalid"},
+		{[]string{"devices", "create", "boot0"}, exitConflict, "already exists"},
+		{[]string{"devices", "create", "../x"}, exitInvalid, "invalid"},
 		{[]string{"devices", "create", "x", "--limits", "{"}, 2, "not valid JSON"},
-		{[]string{"devices", "create", "x", "--limits", "[1]"}, 1, "JSON object"},
-		{[]string{"devices", "create", "x", "--pin", "eager"}, 1, "pin mode"},
+		{[]string{"devices", "create", "x", "--limits", "[1]"}, exitInvalid, "JSON object"},
+		{[]string{"devices", "create", "x", "--pin", "eager"}, exitInvalid, "pin mode"},
+		{[]string{"devices", "create", "x", "--tenant", "4294967296"}, 2, "32 bits"},
+		{[]string{"devices", "qps", "nope"}, exitNotFound, "not found"},
+		{[]string{"devices", "mrs", "boot0", "--limit", "200000"}, exitInvalid, "limit"},
+		{[]string{"host", "paths"}, exitNotFound, "no cross-host fabric"},
+		{[]string{"host", "frob"}, 2, "unknown subcommand"},
 		{[]string{"devices", "destroy"}, 2, "one device NAME"},
 		{[]string{"devices", "show", "a", "b"}, 2, "one device NAME"},
 		{[]string{"devices", "frobnicate"}, 2, "unknown subcommand"},
@@ -118,7 +123,7 @@ func TestCtlErrors(t *testing.T) {
 		}
 	}
 	code, _, errOut := ctl(t, sock+".missing", "devices", "list")
-	if code != 1 || !strings.Contains(errOut, "vstellard API") {
+	if code != exitUnreachable || !strings.Contains(errOut, "no vstellard answers") {
 		t.Errorf("unreachable daemon: %d %q", code, errOut)
 	}
 }

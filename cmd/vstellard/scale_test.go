@@ -40,7 +40,15 @@ type daemonProcess struct {
 	cmd     *exec.Cmd
 	client  *daemon.Client
 	metrics string // http://addr/metrics
+	scraper *http.Client
 	stderr  *syncBuilder
+}
+
+// hangUp closes the test's idle connections to the daemon, whose
+// goroutines and fds are not the daemon's to free.
+func (p *daemonProcess) hangUp() {
+	p.client.Close()
+	p.scraper.CloseIdleConnections()
 }
 
 func startDaemon(t *testing.T, args ...string) *daemonProcess {
@@ -52,7 +60,7 @@ func startDaemon(t *testing.T, args ...string) *daemonProcess {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	p := &daemonProcess{stderr: &syncBuilder{}, metrics: "http://" + addr + "/metrics"}
+	p := &daemonProcess{stderr: &syncBuilder{}, metrics: "http://" + addr + "/metrics", scraper: &http.Client{}}
 	p.cmd = exec.Command(os.Args[0], append([]string{"--run-dir", dir, "--metrics-listen", addr, "--log-level", "warn"}, args...)...)
 	p.cmd.Env = append(os.Environ(), execEnv+"=1")
 	p.cmd.Stderr = p.stderr
@@ -81,7 +89,7 @@ func startDaemon(t *testing.T, args ...string) *daemonProcess {
 // the sum over the series of a labelled one).
 func (p *daemonProcess) scrape(t *testing.T) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(p.metrics)
+	resp, err := p.scraper.Get(p.metrics)
 	if err != nil {
 		t.Fatalf("scrape: %v", err)
 	}
@@ -189,6 +197,7 @@ func TestThousandDevices(t *testing.T) {
 	}
 	// Let the daemon's own start-up settle (HTTP connections, runtime
 	// threads) before the baseline.
+	p.hangUp()
 	time.Sleep(100 * time.Millisecond)
 	before := p.usage(t)
 	name := func(i int) string { return "vm" + strconv.Itoa(i) }
@@ -231,7 +240,7 @@ func TestThousandDevices(t *testing.T) {
 				return
 			default:
 			}
-			resp, err := http.Get(p.metrics)
+			resp, err := p.scraper.Get(p.metrics)
 			if err != nil {
 				t.Errorf("scrape during destruction: %v", err)
 				return
@@ -266,7 +275,9 @@ func TestThousandDevices(t *testing.T) {
 	var end map[string]float64
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		after, end = p.usage(t), p.scrape(t)
+		end = p.scrape(t)
+		p.hangUp()
+		after = p.usage(t)
 		clean := after.fds <= before.fds && after.memfdMaps <= before.memfdMaps && end["go_goroutines"] <= base["go_goroutines"]+2
 		if clean || time.Now().After(deadline) {
 			break
