@@ -64,7 +64,6 @@ func vhostCounters(b Backend) VhostCounters {
 // DeviceStatus is the answer of GET /v1/devices/{name}/stats.
 type DeviceStatus struct {
 	DeviceInfo
-	Tenant    uint32        `json:"tenant"`
 	NodeGUID  string        `json:"node_guid,omitempty"`
 	GID       string        `json:"gid,omitempty"`
 	Doorbells string        `json:"doorbells,omitempty"` // "shmem", "guest-ram" or "none" (inactive)
