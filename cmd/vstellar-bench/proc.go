@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -55,23 +54,26 @@ func readProc() (procState, error) {
 }
 
 // readRSS is /proc/self/status's VmRSS in bytes.
-func readRSS() (uint64, error) {
-	b, err := os.ReadFile("/proc/self/status")
+func readRSS() (uint64, error) { return procKB("/proc/self/status", "VmRSS:") }
+
+// procKB reads the "key: N kB" line of a /proc file, in bytes.
+func procKB(path, key string) (uint64, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, fmt.Errorf("reading RSS: %w", err)
+		return 0, fmt.Errorf("reading %s: %w", key, err)
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == "VmRSS:" {
+		if len(f) >= 2 && f[0] == key {
 			kb, err := strconv.ParseUint(f[1], 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("/proc/self/status: %q: %w", sc.Text(), err)
+				return 0, fmt.Errorf("%s: %q: %w", path, sc.Text(), err)
 			}
 			return kb << 10, nil
 		}
 	}
-	return 0, errors.New("/proc/self/status has no VmRSS")
+	return 0, fmt.Errorf("%s has no %s", path, key)
 }
 
 // settledProc waits d, collects garbage and returns the free heap to the

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -431,24 +430,7 @@ func parseSizes(s string) ([]uint64, error) {
 }
 
 // memAvailable is /proc/meminfo's MemAvailable in bytes.
-func memAvailable() (uint64, error) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, fmt.Errorf("reading available memory: %w", err)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == "MemAvailable:" {
-			kb, err := strconv.ParseUint(f[1], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/meminfo: %q: %w", sc.Text(), err)
-			}
-			return kb << 10, nil
-		}
-	}
-	return 0, errors.New("/proc/meminfo has no MemAvailable")
-}
+func memAvailable() (uint64, error) { return procKB("/proc/meminfo", "MemAvailable:") }
 
 // gibName names a memory size for tables: "16 GiB", "512 MiB", "1.5 GiB".
 func gibName(n uint64) string {

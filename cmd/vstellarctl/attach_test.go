@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/daemon"
-	"github.com/vstellar/vstellar/daemon/daemontest"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/hotplug/qmptest"
 )
@@ -33,30 +32,7 @@ func startHotplugRig(t *testing.T, qopts qmptest.Options) *hotplugRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	cfg := daemon.DefaultConfig()
-	cfg.RunDir = filepath.Join(dir, "run")
-	cfg.Factory = (&daemontest.Factory{}).New
-	cfg.Devices = []daemon.DeviceSpec{{Name: "boot0"}}
-	m, err := daemon.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	select {
-	case <-m.Ready():
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("daemon not ready")
-	}
+	m := runDaemon(t, filepath.Join(dir, "run"))
 	q, err := qmptest.Start(filepath.Join(dir, "qmp.sock"), qopts)
 	if err != nil {
 		t.Fatal(err)

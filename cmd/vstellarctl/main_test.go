@@ -21,8 +21,15 @@ func startDaemon(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	return runDaemon(t, dir).APISocket()
+}
+
+// runDaemon runs a Manager with fake devices (one, boot0) in runDir until
+// the test ends.
+func runDaemon(t *testing.T, runDir string) *daemon.Manager {
+	t.Helper()
 	cfg := daemon.DefaultConfig()
-	cfg.RunDir = dir
+	cfg.RunDir = runDir
 	cfg.Factory = (&daemontest.Factory{}).New
 	cfg.Devices = []daemon.DeviceSpec{{Name: "boot0"}}
 	m, err := daemon.New(cfg, nil)
@@ -45,7 +52,7 @@ func startDaemon(t *testing.T) string {
 	case <-time.After(10 * time.Second):
 		t.Fatal("daemon not ready")
 	}
-	return m.APISocket()
+	return m
 }
 
 func ctl(t *testing.T, sock string, args ...string) (int, string, string) {
