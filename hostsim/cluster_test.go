@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/transport/netlab"
-	"github.com/vstellar/vstellar/virtio/abi"
 )
 
 // needNamespaces skips (outside CI, which runs as root) when network
@@ -97,62 +95,13 @@ func TestClusterCrossLeafWrite(t *testing.T) {
 	}
 }
 
-// writeAcross makes a VM on each host with an RC QP connected to the
-// other's, WRITEs n patterned bytes from a's VM into b's and returns both
-// buffers once the WRITE completed.
+// writeAcross is WriteAcross with VMs "ca" and "cb", failing the test on
+// error.
 func writeAcross(ctx context.Context, t *testing.T, a, b *Host, n int) (src, dst []byte) {
 	t.Helper()
-	var vms [2]*VM
-	var qps [2]*guestdriver.QP
-	var cqs [2]*guestdriver.CQ
-	var mrs [2]*guestdriver.MR
-	for i, h := range []*Host{a, b} {
-		var err error
-		if vms[i], err = h.AddVM(ctx, []string{"ca", "cb"}[i], VMOptions{MemSize: 64 << 20}); err != nil {
-			t.Fatal(err)
-		}
-		d := vms[i].Driver
-		pd, err := d.AllocPD(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cqs[i], err = d.CreateCQ(ctx, 8); err != nil {
-			t.Fatal(err)
-		}
-		if qps[i], err = pd.CreateQP(ctx, guestdriver.QPInit{SendCQ: cqs[i], RecvCQ: cqs[i],
-			Cap: guestdriver.QPCap{SQSize: 8, RQSize: 8, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-			t.Fatal(err)
-		}
-		buf, err := d.Alloc(uint64(n), 4096)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if mrs[i], err = pd.RegMR(ctx, buf, abi.AccessAll); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 2 {
-		if err := qps[i].ConnectTo(ctx, vms[1-i].Driver.GID(), qps[1-i].Num()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	src = mrs[0].Buffer().Bytes()
-	for i := range src {
-		src[i] = byte(i*7 + i>>11)
-	}
-	if err := qps[0].PostSend(guestdriver.SendWR{WRID: 1, Opcode: abi.WRRDMAWrite, Signaled: true,
-		SGL: []abi.SGE{mrs[0].SGE(0, uint32(n))}, RemoteAddr: mrs[1].IOVA(), RKey: mrs[1].RKey()}); err != nil {
+	src, dst, err := WriteAcross(ctx, a, b, [2]string{"ca", "cb"}, n)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var wc [1]guestdriver.WC
-	for cqs[0].Poll(wc[:]) == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("no completion")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	if err := wc[0].Err(); err != nil {
-		t.Fatal(err)
-	}
-	return src, mrs[1].Buffer().Bytes()
+	return src, dst
 }

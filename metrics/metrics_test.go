@@ -12,10 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/metrics"
-	"github.com/vstellar/vstellar/virtio/abi"
 )
 
 // families gathers reg into a map by name.
@@ -85,7 +83,9 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	}
 
 	const n = 1 << 20
-	writeBetween(ctx, t, h, n)
+	if _, _, err := hostsim.WriteAcross(ctx, h, h, [2]string{"ma", "mb"}, n); err != nil {
+		t.Fatal(err)
+	}
 
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
 		t.Fatalf("lint: %v %+v", err, problems)
@@ -137,61 +137,6 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		if v := value(t, fams, c.name, c.labels...); !c.ok(v) {
 			t.Errorf("%s%v = %v, want %s", c.name, c.labels, v, c.want)
 		}
-	}
-}
-
-// writeBetween boots two VMs on h, connects an RC QP in each and WRITEs n
-// bytes from the first into the second.
-func writeBetween(ctx context.Context, t *testing.T, h *hostsim.Host, n int) {
-	t.Helper()
-	var vms [2]*hostsim.VM
-	var qps [2]*guestdriver.QP
-	var cqs [2]*guestdriver.CQ
-	var mrs [2]*guestdriver.MR
-	for i, name := range []string{"ma", "mb"} {
-		v, err := h.AddVM(ctx, name, hostsim.VMOptions{MemSize: 64 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		vms[i] = v
-		d := v.Driver
-		pd, err := d.AllocPD(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cqs[i], err = d.CreateCQ(ctx, 8); err != nil {
-			t.Fatal(err)
-		}
-		if qps[i], err = pd.CreateQP(ctx, guestdriver.QPInit{SendCQ: cqs[i], RecvCQ: cqs[i],
-			Cap: guestdriver.QPCap{SQSize: 8, RQSize: 8, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-			t.Fatal(err)
-		}
-		buf, err := d.Alloc(uint64(n), 4096)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if mrs[i], err = pd.RegMR(ctx, buf, abi.AccessAll); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 2 {
-		if err := qps[i].ConnectTo(ctx, vms[1-i].Driver.GID(), qps[1-i].Num()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := qps[0].PostSend(guestdriver.SendWR{WRID: 1, Opcode: abi.WRRDMAWrite, Signaled: true,
-		SGL: []abi.SGE{mrs[0].SGE(0, uint32(n))}, RemoteAddr: mrs[1].IOVA(), RKey: mrs[1].RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	var wc [1]guestdriver.WC
-	for cqs[0].Poll(wc[:]) == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("no completion")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	if err := wc[0].Err(); err != nil {
-		t.Fatal(err)
 	}
 }
 
