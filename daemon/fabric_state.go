@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"time"
@@ -73,7 +74,7 @@ func (m *Manager) fabricState() *FabricState {
 	st := f.Stats()
 	return &FabricState{
 		Addr: f.Addr(), Interface: spec.Interface, MTU: f.MTU(), GIDPrefix: spec.GIDPrefix, Paths: max(spec.Paths, 1),
-		Spray: orDefault(spec.Spray, "single"), CC: orDefault(spec.CC, "fixed"), Peers: spec.Peers,
+		Spray: cmp.Or(spec.Spray, "single"), CC: cmp.Or(spec.CC, "fixed"), Peers: spec.Peers,
 		Stats: FabricCounters{Connections: st.Connections, Received: st.Received, Sent: st.Sent,
 			SendErrors: st.SendErrors, Malformed: st.Malformed, UnknownConn: st.UnknownConn,
 			Foreign: st.Foreign, Refused: st.Refused,
@@ -91,34 +92,15 @@ func (m *Manager) fabricPaths() (PathList, error) {
 		return PathList{}, fmt.Errorf("%w: this daemon has no cross-host fabric", ErrNotFound)
 	}
 	spec := m.cfg.Fabric
-	l := PathList{Paths: max(spec.Paths, 1), Spray: orDefault(spec.Spray, "single"), Active: []PathState{}}
+	l := PathList{Paths: max(spec.Paths, 1), Spray: cmp.Or(spec.Spray, "single"), Active: []PathState{}}
 	base := f.Addr().Port()
 	for _, p := range f.Stats().Paths {
-		ps := PathState{Path: p.Path, SourcePort: base + uint16(p.Path), Samples: p.RTTCount}
-		if p.RTTCount > 0 {
-			ps.Mean = Duration(p.RTTSum / time.Duration(p.RTTCount))
-			ps.P50, ps.P99 = rttQuantile(p, 0.5), rttQuantile(p, 0.99)
+		ps := PathState{Path: p.Path, SourcePort: base + uint16(p.Path), Samples: p.RTT.Count}
+		if p.RTT.Count > 0 {
+			ps.Mean = Duration(p.RTT.Sum / time.Duration(p.RTT.Count))
+			ps.P50, ps.P99 = quantile(p.RTT, 0.5), quantile(p.RTT, 0.99)
 		}
 		l.Active = append(l.Active, ps)
 	}
 	return l, nil
-}
-
-// rttQuantile estimates a quantile of a path's RTTs as the bound of the
-// (cumulative) bucket holding it.
-func rttQuantile(p remote.PathStats, q float64) Duration {
-	rank := uint64(q*float64(p.RTTCount-1)) + 1
-	for i, n := range p.RTTBuckets {
-		if n >= rank {
-			return Duration(remote.RTTBucketBound(i))
-		}
-	}
-	return Duration(remote.RTTBucketBound(remote.NumRTTBuckets - 1))
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

@@ -173,11 +173,7 @@ func (c *Collector) collectFabric(ch chan<- prometheus.Metric, st remote.Stats) 
 	counter(c.fabricRetransmits, st.Retransmits)
 	counter(c.fabricTimeouts, st.Timeouts)
 	for _, p := range st.Paths {
-		buckets := make(map[float64]uint64, remote.NumRTTBuckets)
-		for i, n := range p.RTTBuckets {
-			buckets[remote.RTTBucketBound(i).Seconds()] = n
-		}
-		ch <- prometheus.MustNewConstHistogram(c.fabricPathRTT, p.RTTCount, p.RTTSum.Seconds(), buckets, strconv.Itoa(p.Path))
+		ch <- histogram(c.fabricPathRTT, p.RTT, strconv.Itoa(p.Path))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/hostnet"
+	"github.com/vstellar/vstellar/latency"
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/transport/endpoint"
 	"github.com/vstellar/vstellar/transport/udp"
@@ -45,7 +46,7 @@ type Fabric struct {
 	sock     *udp.Conn
 	ep       *endpoint.Endpoint
 	overhead int
-	rtt      []pathRTT // per path, for Stats
+	rtt      []latency.Recorder // per path, for Stats
 
 	// Read lock-free by Post; written under cmu, copy-on-write.
 	regs   atomic.Pointer[map[abi.GID]fabric.Responder]
@@ -92,7 +93,7 @@ func New(cfg Config) (*Fabric, error) {
 		return nil, fmt.Errorf("remote: Listen %v: %w", cfg.Listen, err)
 	}
 	f := &Fabric{cfg: cfg, log: cfg.Log, local: fabric.NewLocal(), sock: sock, ep: endpoint.New(sock, cfg.Log), overhead: overhead(cfg.Listen),
-		rtt: make([]pathRTT, cfg.Paths)}
+		rtt: make([]latency.Recorder, cfg.Paths)}
 	regs := map[abi.GID]fabric.Responder{}
 	f.regs.Store(&regs)
 	conns := map[fabric.Addr]*conn{}

@@ -117,7 +117,7 @@ func TestInterfaceBinding(t *testing.T) {
 		t.Fatalf("a's RTT paths: %+v", sa.Paths)
 	}
 	t.Logf("a: %d DATA sent, %d retransmits (%d fast, %d timeouts), %d payload bytes sent; b: %d placed; a's path 0: %d RTT samples, mean %v",
-		sa.DataSent, sa.Retransmits, sa.FastRetransmits, sa.Timeouts, sa.BytesSent, sb.BytesPlaced, sa.Paths[0].RTTCount, sa.Paths[0].RTTSum/time.Duration(max(1, sa.Paths[0].RTTCount)))
+		sa.DataSent, sa.Retransmits, sa.FastRetransmits, sa.Timeouts, sa.BytesSent, sb.BytesPlaced, sa.Paths[0].RTT.Count, sa.Paths[0].RTT.Sum/time.Duration(max(1, sa.Paths[0].RTT.Count)))
 	if sa.Retransmits == 0 || sa.BytesSent <= n || sb.BytesPlaced != n {
 		t.Errorf("with 5%% loss: a %+v, b %+v", sa, sb)
 	}

@@ -1,23 +1,11 @@
 package remote
 
 import (
-	"math/bits"
-	"sync/atomic"
 	"time"
 
+	"github.com/vstellar/vstellar/latency"
 	"github.com/vstellar/vstellar/transport"
 )
-
-// NumRTTBuckets is the number of RTT histogram buckets per path: bucket
-// i counts samples of at most RTTBucketBound(i), 1.024 µs doubling up to
-// about 1.07 s; a sample above the last is counted in RTTCount only.
-const NumRTTBuckets = 21
-
-// rttBucketShift: the first bucket's bound is 1<<rttBucketShift ns.
-const rttBucketShift = 10
-
-// RTTBucketBound is the upper bound (inclusive) of RTT bucket i.
-func RTTBucketBound(i int) time.Duration { return time.Duration(1) << (rttBucketShift + i) }
 
 // Stats are the fabric's counters, for monitoring. Every total covers
 // every connection the fabric has had, those disconnected included; all
@@ -61,56 +49,22 @@ type Stats struct {
 type PathStats struct {
 	// Path is the source port index (the port is Listen's + Path).
 	Path int
-	// RTTSum and RTTCount: the samples' sum and number (the mean is
-	// their ratio).
-	RTTSum   time.Duration
-	RTTCount uint64
-	// RTTBuckets[i] counts the samples of at most RTTBucketBound(i),
-	// cumulatively (a Prometheus histogram's buckets; RTTCount is its
-	// +Inf bucket).
-	RTTBuckets [NumRTTBuckets]uint64
-}
-
-// pathRTT is one path's RTT record. The fabric's I/O loop writes it
-// (connections call their selector from the loop alone), Stats reads it
-// concurrently: atomics, no lock, and two of them per sample (the count
-// is the buckets' sum, an overflow bucket last).
-type pathRTT struct {
-	sum     atomic.Uint64
-	buckets [NumRTTBuckets + 1]atomic.Uint64 // not cumulative; the last: above every bound
-}
-
-func (p *pathRTT) add(rtt int64) {
-	p.sum.Add(uint64(rtt))
-	// The bucket whose bound 2^(shift+i) is the first >= rtt.
-	p.buckets[min(NumRTTBuckets, max(0, bits.Len64(uint64(rtt-1))-rttBucketShift))].Add(1)
-}
-
-// load reads the record as path i's PathStats (ok false: no sample).
-func (p *pathRTT) load(i int) (PathStats, bool) {
-	ps := PathStats{Path: i}
-	for b := range p.buckets {
-		ps.RTTCount += p.buckets[b].Load()
-		if b < NumRTTBuckets {
-			ps.RTTBuckets[b] = ps.RTTCount
-		}
-	}
-	ps.RTTSum = time.Duration(p.sum.Load())
-	return ps, ps.RTTCount > 0
+	// RTT is the samples' histogram (its Sum / Count is the mean).
+	RTT latency.Histogram
 }
 
 // rttRecorder is the path selector a connection gets: its own, with
 // every RTT sample also recorded for the fabric's Stats.
 type rttRecorder struct {
 	transport.PathSelector
-	paths []pathRTT // the fabric's, one per path
+	paths []latency.Recorder // the fabric's, one per path
 }
 
 // OnAck implements transport.PathSelector.
 func (r rttRecorder) OnAck(now int64, path uint16, rtt int64) {
 	r.PathSelector.OnAck(now, path, rtt)
 	if rtt > 0 && int(path) < len(r.paths) {
-		r.paths[path].add(rtt)
+		r.paths[path].Observe(time.Duration(rtt))
 	}
 }
 
@@ -128,8 +82,8 @@ func (f *Fabric) Stats() Stats {
 		Duplicates: ct.Duplicates, RNRNaks: ct.RNRNaks,
 	}
 	for i := range f.rtt {
-		if ps, ok := f.rtt[i].load(i); ok {
-			s.Paths = append(s.Paths, ps)
+		if h := f.rtt[i].Snapshot(); h.Count > 0 {
+			s.Paths = append(s.Paths, PathStats{Path: i, RTT: h})
 		}
 	}
 	return s

@@ -6,29 +6,30 @@ import (
 
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/latency"
 	"github.com/vstellar/vstellar/transport"
 )
 
 // checkPaths checks the RTT records: the paths listed are want, in
-// order, each with samples, a positive sum and cumulative buckets.
+// order, each with samples, a positive sum and its buckets adding up to
+// its count.
 func checkPaths(t *testing.T, who string, ps []remote.PathStats, want ...int) {
 	t.Helper()
 	if len(ps) != len(want) {
 		t.Fatalf("%s: RTT of paths %+v, want paths %v", who, ps, want)
 	}
 	for i, p := range ps {
-		if p.Path != want[i] || p.RTTCount == 0 || p.RTTSum <= 0 || p.RTTBuckets[remote.NumRTTBuckets-1] > p.RTTCount {
-			t.Fatalf("%s: path %+v", who, p)
+		var n uint64
+		for _, c := range p.RTT.Counts {
+			n += c
 		}
-		for b := 1; b < remote.NumRTTBuckets; b++ {
-			if p.RTTBuckets[b] < p.RTTBuckets[b-1] {
-				t.Fatalf("%s: path %d buckets not cumulative: %v", who, p.Path, p.RTTBuckets)
-			}
+		if p.Path != want[i] || p.RTT.Count == 0 || p.RTT.Sum <= 0 || n != p.RTT.Count {
+			t.Fatalf("%s: path %+v", who, p)
 		}
 		// Loopback round trips take microseconds to milliseconds, far
 		// below the last bound (about a second).
-		if p.RTTBuckets[remote.NumRTTBuckets-1] != p.RTTCount {
-			t.Errorf("%s: path %d: %d of %d samples above %v", who, p.Path, p.RTTCount-p.RTTBuckets[remote.NumRTTBuckets-1], p.RTTCount, remote.RTTBucketBound(remote.NumRTTBuckets-1))
+		if inf := p.RTT.Counts[latency.Buckets-1]; inf != 0 {
+			t.Errorf("%s: path %d: %d of %d samples above %v", who, p.Path, inf, p.RTT.Count, latency.Bound(latency.Buckets-2))
 		}
 	}
 }
@@ -94,7 +95,7 @@ func TestStatsTotals(t *testing.T) {
 	b.f.Disconnect(fabric.Addr{GID: b.gid, QPN: 2})
 	after := a.f.Stats()
 	if after.Connections != 0 || after.DataSent != sa.DataSent || after.Retransmits != sa.Retransmits || after.Timeouts != sa.Timeouts ||
-		after.RNRNaks != sa.RNRNaks || after.BytesSent != sa.BytesSent || len(after.Paths) != 1 || after.Paths[0].RTTCount != sa.Paths[0].RTTCount {
+		after.RNRNaks != sa.RNRNaks || after.BytesSent != sa.BytesSent || len(after.Paths) != 1 || after.Paths[0].RTT.Count != sa.Paths[0].RTT.Count {
 		t.Errorf("a after disconnecting: %+v, before: %+v", after, sa)
 	}
 	if bAfter := b.f.Stats(); bAfter.BytesPlaced != sb.BytesPlaced || bAfter.DataReceived != sb.DataReceived {
@@ -132,7 +133,7 @@ func TestStatsPerPath(t *testing.T) {
 	checkPaths(t, "a", sa.Paths, 0, 1, 2, 3)
 	var sum uint64
 	for _, p := range sa.Paths {
-		sum += p.RTTCount
+		sum += p.RTT.Count
 	}
 	// Every acknowledgement that arrived with an RTT echo is one sample.
 	if sum == 0 || sum > sa.Received {
