@@ -9,9 +9,9 @@
 // forged one finds nothing rather than someone else's memory.
 //
 // Invariants:
-//   - Reads are lock-free: Lookup is two atomic loads. Writers (the control
-//     path) serialise on a mutex and publish immutable Regions, so they
-//     never stall the engine.
+//   - Reads are lock-free: Lookup is at most two atomic loads. Writers
+//     (the control path) serialise on a mutex and publish immutable
+//     Regions, so they never stall the engine.
 //   - Every translation is checked against the region's protection
 //     domain, access flags and range before any host memory is returned.
 //   - Only guest RAM is translated for DMA; IO memory (a guest-RAM doorbell

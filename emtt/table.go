@@ -17,8 +17,12 @@ type chunk [keysPerChunk]atomic.Pointer[Region]
 
 // Table is a device's translation table.
 type Table struct {
-	max  uint32
-	dir  []atomic.Pointer[chunk]
+	max uint32
+	dir []atomic.Pointer[chunk] // dir[0] is &low
+	// low is the first chunk, inside the table: the slot of a key below
+	// keysPerChunk (most devices never register more MRs) is at a fixed
+	// offset from the table, so reading it waits for no other load.
+	low  chunk
 	pins *pvdma.Cache // nil: nothing is pinned
 
 	misses atomic.Uint64 // translations refused
@@ -40,12 +44,14 @@ func New(max uint32, pins *pvdma.Cache) *Table {
 		panic(fmt.Sprintf("emtt: %d regions", max))
 	}
 	// Slot 0 is never used, so key 0 is never valid.
-	return &Table{
+	t := &Table{
 		max:  max,
 		dir:  make([]atomic.Pointer[chunk], (uint64(max)+keysPerChunk)/keysPerChunk),
 		pins: pins,
 		next: 1,
 	}
+	t.dir[0].Store(&t.low)
+	return t
 }
 
 // Lookup returns the live region key names. Lock-free.
@@ -54,7 +60,10 @@ func (t *Table) Lookup(k Key) (*Region, error) {
 	if i == 0 || i > t.max {
 		return nil, fmt.Errorf("key %#x: %w", uint32(k), ErrNoKey)
 	}
-	c := t.dir[i/keysPerChunk].Load()
+	c := &t.low
+	if i >= keysPerChunk {
+		c = t.dir[i/keysPerChunk].Load()
+	}
 	if c == nil {
 		return nil, fmt.Errorf("key %#x: %w", uint32(k), ErrNoKey)
 	}
@@ -221,7 +230,7 @@ func (t *Table) Rebind(mem *guestmem.Table) (invalidated int) {
 		nr := *r
 		nr.segs, nr.entries, nr.hold = nil, nil, pvdma.Hold{}
 		if !r.valid || nr.bind(mem, t.pins) != nil {
-			nr.segs, nr.entries, nr.valid = nil, nil, false
+			nr.segs, nr.one, nr.entries, nr.valid = nil, [1]segment{}, nil, false
 			invalidated++
 		} else if t.pins != nil && t.pins.Mode() == pvdma.ModeAtRegMR {
 			// Pinned again where it now lives; if the budget says no,

@@ -23,7 +23,6 @@ type Area struct {
 	size  uint64
 	slots []slot
 	clock *atomic.Uint64 // the pool's LRU clock
-	hits  atomic.Uint64  // acquisitions that found their chunks pinned
 	cache *Cache
 
 	mapping *guestmem.Mapping
@@ -42,6 +41,16 @@ func newArea(c *Cache, r guestmem.Region, all bool) *Area {
 		a.chunks = make([]atomic.Pointer[Chunk], n)
 	}
 	return a
+}
+
+// hits is the acquisitions that found a chunk of the area pinned: the
+// sum of its slots' counts.
+func (a *Area) hits() uint64 {
+	var n uint64
+	for i := range a.slots {
+		n += a.slots[i].hits.Load()
+	}
+	return n
 }
 
 // GPA and Size are the guest physical range of the area's region.
@@ -73,24 +82,67 @@ func (a *Area) Acquire(h *Hold, gpa, n uint64) error {
 	if a.all || n == 0 {
 		return nil
 	}
-	clock := a.clock.Load()
-	for i := gpa>>ChunkShift - a.first; i <= (end-1)>>ChunkShift-a.first; i++ {
-		s := &a.slots[i]
+	return a.take(h, a.slots, a.clock, gpa>>ChunkShift-a.first, (end-1)>>ChunkShift-a.first)
+}
+
+// take references slots lo..hi of a (passed in, with the pool's clock, by
+// callers that hold them already), pinning the chunks not pinned yet.
+func (a *Area) take(h *Hold, slots []slot, clock *atomic.Uint64, lo, hi uint64) error {
+	now := clock.Load()
+	for i := lo; i <= hi; i++ {
+		s := &slots[i]
 		g, ok := s.tryRef()
 		if ok {
-			a.hits.Add(1)
+			s.hits.Add(1)
 		} else {
 			var err error
 			if g, err = a.cache.pin(a, i); err != nil {
 				return err
 			}
 		}
-		if s.used.Load() != clock {
-			s.used.Store(clock)
+		if s.used.Load() != now {
+			s.used.Store(now)
 		}
 		h.refs = append(h.refs, ref{s, g})
 	}
 	return nil
+}
+
+// Pins is an area's data path, copied by value into every translation
+// that points into the area (emtt's segments): taking a reference through
+// it reads the chunk's slot and the pool's clock, never the Area itself.
+// That is one dependent cache miss less per DMA, which is what a
+// translation costs once many devices' tables no longer fit the CPU's
+// caches. It stays valid for the area's life (its slots never move); a
+// removed area's chunks are all retired, so a reference through a stale
+// Pins fails over to Area.Acquire, which reports the removal.
+type Pins struct {
+	area     *Area
+	slots    []slot // nil: the region is pinned whole, or no area
+	first    uint64 // area.first
+	gpa, end uint64 // the area's guest physical range
+	clock    *atomic.Uint64
+}
+
+// Pins returns a's data path.
+func (a *Area) Pins() Pins {
+	return Pins{area: a, slots: a.slots, first: a.first, gpa: a.gpa, end: a.gpa + a.size, clock: a.clock}
+}
+
+// Area is the area p belongs to (nil for the zero Pins).
+func (p *Pins) Area() *Area { return p.area }
+
+// Acquire is Area.Acquire, on the area's data path: a range outside the
+// area and a region pinned whole take Area.Acquire's checks.
+func (p *Pins) Acquire(h *Hold, gpa, n uint64) error {
+	end := gpa + n
+	if p.slots == nil || n == 0 || gpa < p.gpa || end < gpa || end > p.end {
+		if p.area == nil {
+			return fmt.Errorf("guest physical %#x: no area: %w", gpa, ErrRange)
+		}
+		return p.area.Acquire(h, gpa, n)
+	}
+	return p.area.take(h, p.slots, p.clock, gpa>>ChunkShift-p.first, (end-1)>>ChunkShift-p.first)
 }
 
 // Pinned reports whether every byte of [gpa, gpa+n) is pinned: in a

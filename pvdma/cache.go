@@ -65,7 +65,7 @@ func (c *Cache) Stats() Stats {
 func (c *Cache) counts() Stats {
 	s := c.st.snapshot()
 	for _, a := range *c.areas.Load() {
-		s.Hits += a.hits.Load()
+		s.Hits += a.hits()
 	}
 	return s
 }

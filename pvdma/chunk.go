@@ -28,12 +28,15 @@ const (
 	genShift = 34
 )
 
-// slot is one chunk's state word and its last use (the pool's LRU clock
-// at its last acquisition), side by side so that an acquisition touches
-// one cache line.
+// slot is one chunk's state word, its last use (the pool's LRU clock at
+// its last acquisition) and its hit count, side by side so that an
+// acquisition writes one cache line and nothing else: 32 bytes, two slots
+// to a line, none straddling two.
 type slot struct {
 	w    atomic.Uint64
 	used atomic.Uint64
+	hits atomic.Uint64 // acquisitions that found the chunk pinned
+	_    uint64
 }
 
 func gen(v uint64) uint64 { return v >> genShift }

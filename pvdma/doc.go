@@ -21,9 +21,12 @@
 //     before the mapping goes ([Cache.SetMemory]); a later acquisition
 //     fails with ErrRemoved, a DMA already holding it finishes on memory
 //     that is still mapped (the engine quiesces before vhost unmaps).
-//   - Acquiring a pinned chunk is lock-free: one atomic add on its state
-//     word. Pinning, eviction and memory changes take locks (the cache's,
-//     then the pool's) and never wait for the engine.
+//   - Acquiring a pinned chunk is lock-free and writes one cache line:
+//     an atomic add on its state word and one on its hit count beside it.
+//     Through an area's [Pins] (the copy of its data path a translation
+//     keeps) it reads nothing of the Area itself. Pinning, eviction and
+//     memory changes take locks (the cache's, then the pool's) and never
+//     wait for the engine.
 //   - A chunk is released only with no reference; the LRU picks the chunk
 //     least recently acquired, first from the device over its own budget,
 //     else from any device of the host. A chunk's slot is emptied only

@@ -167,7 +167,7 @@ func (c *Cache) unpinWholeLocked(a *Area) {
 // removeAreaLocked retires an area whose region left the memory table.
 func (c *Cache) removeAreaLocked(a *Area) {
 	a.gone.Store(true)
-	c.st.hits.Add(a.hits.Load()) // its count outlives it
+	c.st.hits.Add(a.hits()) // its count outlives it
 	if a.all {
 		c.unpinWholeLocked(a)
 		return
