@@ -154,9 +154,7 @@ func (s DeviceState) Status() DeviceStatus {
 	o := m.Objects
 	out.Objects = &ObjectCounts{PDs: o.PDs, CQs: o.CQs, QPs: o.QPs, MRs: o.MRs, AHs: o.AHs, GIDs: o.GIDs}
 	l := m.Limits
-	out.Limits = &limitsJSON{MaxQP: l.MaxQP, MaxCQ: l.MaxCQ, MaxMR: l.MaxMR, MaxPD: l.MaxPD, MaxAH: l.MaxAH,
-		MaxQPWR: l.MaxQPWR, MaxCQE: l.MaxCQE, MaxSGE: l.MaxSGE, MaxInlineData: l.MaxInlineData,
-		MaxQPRdAtom: l.MaxQPRdAtom, MaxGID: l.MaxGID, MaxMRSize: l.MaxMRSize, PageSizeCap: l.PageSizeCap}
+	out.Limits = (*limitsJSON)(&l)
 	p := m.Pins
 	out.Memory = &MemoryStatus{PinMode: m.PinMode.String(), BudgetBytes: m.PinBudget, PinnedBytes: p.PinnedBytes,
 		Pins: p.Pins, Unpins: p.Unpins, PinFailures: p.PinFailures, Evictions: p.Evictions, Hits: p.Hits, Misses: p.Misses,

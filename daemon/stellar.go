@@ -50,6 +50,8 @@ func StellarDevice(_ context.Context, spec DeviceSpec, shared Shared, log *slog.
 
 // limitsJSON is the JSON form of a device's "limits" object. Absent or
 // zero fields take abi.DefaultLimits.
+// limitsJSON is abi.Limits with its JSON names: the same fields in the
+// same order, so each converts to the other (which the compiler checks).
 type limitsJSON struct {
 	MaxQP         uint32 `json:"max_qp"`
 	MaxCQ         uint32 `json:"max_cq"`
@@ -75,9 +77,5 @@ func parseLimits(raw json.RawMessage) (abi.Limits, error) {
 			return abi.Limits{}, fmt.Errorf("%w: limits: %w", ErrInvalid, err)
 		}
 	}
-	return abi.Limits{
-		MaxQP: l.MaxQP, MaxCQ: l.MaxCQ, MaxMR: l.MaxMR, MaxPD: l.MaxPD, MaxAH: l.MaxAH,
-		MaxQPWR: l.MaxQPWR, MaxCQE: l.MaxCQE, MaxSGE: l.MaxSGE, MaxInlineData: l.MaxInlineData,
-		MaxQPRdAtom: l.MaxQPRdAtom, MaxGID: l.MaxGID, MaxMRSize: l.MaxMRSize, PageSizeCap: l.PageSizeCap,
-	}, nil
+	return abi.Limits(l), nil
 }

@@ -155,22 +155,12 @@ func TestBuildFailureLeavesNothing(t *testing.T) {
 		t.Fatalf("only %d steps recorded: %v", len(steps), steps)
 	}
 
-	checkFailedBuilds(t, prefix, steps, func(hook func(string) error) (bool, error) {
+	checkFailedBuilds(t, prefix, steps, func(ctx context.Context, hook func(string) error) (bool, error) {
 		o := opts
 		o.testHook = hook
-		bed, err := TwoHost(t.Context(), o)
+		bed, err := TwoHost(ctx, o)
 		return bed != nil, err
 	})
-
-	// A cancelled context stops construction the same way.
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	if _, err := TwoHost(ctx, opts); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled context: %v", err)
-	}
-	if left := namedWith(t, prefix); len(left) > 0 {
-		t.Fatalf("cancelled build left %v", left)
-	}
 }
 
 func TestCleanupRemovesCrashedBed(t *testing.T) {
@@ -306,13 +296,14 @@ func TestAvailable(t *testing.T) {
 // checkFailedBuilds injects a failure after each of steps in turn (build
 // hands hook to its constructor and reports whether it returned a
 // result) and checks that every build fails with it and leaves no
-// namespace, open fd or root link behind.
-func checkFailedBuilds(t *testing.T, prefix string, steps []string, build func(hook func(string) error) (built bool, err error)) {
+// namespace, open fd or root link behind; then that a build with a
+// cancelled context fails the same way.
+func checkFailedBuilds(t *testing.T, prefix string, steps []string, build func(ctx context.Context, hook func(string) error) (built bool, err error)) {
 	t.Helper()
 	fds, links := openFDs(t), rootLinks(t)
 	errInjected := errors.New("injected failure")
 	for _, at := range steps {
-		built, err := build(func(s string) error {
+		built, err := build(t.Context(), func(s string) error {
 			if s == at {
 				return errInjected
 			}
@@ -330,5 +321,14 @@ func checkFailedBuilds(t *testing.T, prefix string, steps []string, build func(h
 		if got := rootLinks(t); !slices.Equal(got, links) {
 			t.Fatalf("failure after %q changed root links %v -> %v", at, links, got)
 		}
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if built, err := build(ctx, nil); !errors.Is(err, context.Canceled) || built {
+		t.Fatalf("cancelled context: built %v, err %v", built, err)
+	}
+	if left := namedWith(t, prefix); len(left) > 0 {
+		t.Fatalf("cancelled build left %v", left)
 	}
 }
