@@ -215,12 +215,23 @@ func (e *Engine) DestroyQP(qpn uint32) error { return e.destroyQP(qpn) }
 // Respond implements fabric.Responder (see responder.go).
 func (e *Engine) Respond(req *fabric.Request) fabric.Outcome { return e.respond(req) }
 
+// TryEnter, Enter and Exit implement fabric.StreamResponder (see
+// stream.go): they hold the engine's data-path gate shared around Begin
+// and the Incomings' methods. TryEnter fails while a control change
+// holds the gate; Enter waits for it, so call it only from a goroutine
+// the engine never waits for while it holds the gate.
+func (e *Engine) TryEnter() bool { return e.gate.TryRLock() }
+
+// Enter: see TryEnter.
+func (e *Engine) Enter() { e.gate.RLock() }
+
+// Exit: see TryEnter.
+func (e *Engine) Exit() { e.gate.RUnlock() }
+
 // Begin implements fabric.StreamResponder (see stream.go): it checks a
 // request whose payload arrives later, in pieces, and returns the
-// Incoming that places it. It and the Incoming's methods wait for a
-// control change holding the gate, so call them only from a fabric's I/O
-// loop goroutine, which the engine never waits for while it holds the
-// gate.
+// Incoming that places it. The caller has entered the data path
+// (TryEnter or Enter).
 func (e *Engine) Begin(req *fabric.Request) (fabric.Incoming, fabric.Outcome) { return e.begin(req) }
 
 // Stats returns the engine's counters.

@@ -10,15 +10,19 @@ import (
 
 // Connections: a fabric that keeps state per connected QP pair (the
 // cross-host transport) implements fabric.Connector. The engine tells it
-// of a QP's peer when the QP enters RTR (receive side), again when it
-// enters RTS (send side: retry limits), and when a connection attribute
-// changes; and it ends the connection when the QP goes back to RESET, is
-// destroyed, or the engine is reset. Connect and Disconnect run with mu
-// held and never with the gate: the fabric's loop may be waiting for the
-// gate inside an Incoming method, and Disconnect waits for that loop.
+// of a QP's peer when the QP enters RTR (receive side: rq_psn), again
+// when it enters RTS (send side: sq_psn, retry limits), and when a
+// connection attribute changes; and it ends the connection when the QP
+// goes back to RESET, is destroyed, or the engine is reset. Connect and
+// Disconnect run with mu held and never with the gate: Disconnect waits
+// for the fabric's loop to leave the QP's connection, and then for the
+// gate to release what its Incomings pinned.
 
-// connAttrs are the attributes a Connection is made of.
-const connAttrs = abi.QPAttrAV | abi.QPAttrDestQPN | abi.QPAttrPathMTU | abi.QPAttrRetryCnt | abi.QPAttrRNRRetry
+// connAttrs are the attributes a Connection is made of whose change,
+// while the QP serves, the fabric hears of. The PSNs are not among them:
+// they name where the connection's packet streams start, which is
+// decided when it is made (rq_psn at RTR, sq_psn at RTS).
+const connAttrs = abi.QPAttrAV | abi.QPAttrDestQPN | abi.QPAttrRetryCnt | abi.QPAttrRNRRetry
 
 // connector is the fabric's Connector, or nil if it keeps no connections.
 func (e *Engine) connector() fabric.Connector {
@@ -53,10 +57,10 @@ func (e *Engine) connection(q *qp, cur, next abi.QPState, mask abi.QPAttrMask, a
 		Remote: fabric.Addr{GID: a.AH.DGID, QPN: a.DestQPN},
 		Tenant: e.cfg.Tenant,
 		Send:   next != abi.QPStateRTR,
-		MTU:    a.PathMTU.Bytes(),
+		RQPSN:  a.RQPSN,
 	}
 	if c.Send {
-		c.RetryCnt, c.RNRRetry = a.RetryCnt, a.RNRRetry
+		c.SQPSN, c.RetryCnt, c.RNRRetry = a.SQPSN, a.RetryCnt, a.RNRRetry
 	}
 	return c, true, nil
 }

@@ -30,10 +30,13 @@
 // gate shared a second time (a reader that blocks behind a waiting
 // writer while it already holds the lock deadlocks with that writer);
 // and the streaming responder's methods (Begin and those of its
-// Incoming), which do wait for the gate, are called only from a fabric's
-// I/O loop goroutine, which nothing holding the gate ever waits for (a
-// fabric's Post only queues and wakes its loop; Connect and Disconnect
-// are called with mu held but never the gate).
+// Incoming) take no lock of the gate themselves: their caller enters the
+// data path first, with TryEnter (a fabric's I/O loop, which serves every
+// device of its host: it drops what a device in a control change cannot
+// take, and the peer resends it) or Enter, which waits for the gate, from
+// a goroutine that nothing holding the gate ever waits for (a fabric's
+// Post never waits for its loop: it sends or queues without waiting;
+// Connect and Disconnect are called with mu held but never the gate).
 //
 // Streaming responder: a fabric whose requests arrive in packets (the
 // cross-host transport) calls Begin, which checks a request as Respond
@@ -43,7 +46,7 @@
 // the Incoming's Place for every piece (straight into guest memory),
 // Commit once, in order (the receive WQE, which must be next by then, is
 // consumed and its CQE written; an atomic is performed), ReadAt for a
-// READ's response, and Release. Between steps the engine holds nothing:
+// READ's response, and Release. Between steps the gate may be let go:
 // each step checks that guest memory was not changed (a memory
 // generation, bumped by Start, Stop, SetMemory and Reset) and the QP not
 // reset or destroyed (a per-QP generation), and refuses otherwise, so a
@@ -52,8 +55,9 @@
 // ReadAt outlives Release.
 //
 // Connections: if the fabric is a fabric.Connector, MODIFY_QP makes the
-// QP's connection when it enters RTR (receive side) and updates it when
-// it enters RTS (retry limits) or a connection attribute changes; a
+// QP's connection when it enters RTR (receive side, from rq_psn) and
+// updates it when it enters RTS (send side, from sq_psn; retry limits) or
+// a connection attribute changes; a
 // refusal fails the MODIFY_QP, which changes nothing. RESET, DestroyQP and
 // Reset end it (Disconnect) before they wait for the QP's requests, so a
 // dead peer cannot hold them for the retry limit; the requests flushed

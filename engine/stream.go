@@ -18,15 +18,16 @@ import (
 // memory; Commit makes it take effect (a receive CQE, an atomic); ReadAt
 // serves a READ's response; Release drops the pins.
 //
-// Every step takes the gate shared, blocking, unlike Respond, which only
-// tries it: these methods run on the cross-host fabric's I/O loop, which
-// the engine never waits for while it holds the gate (fabric.Post only
-// queues), so a control change makes them wait a moment and nothing
-// deadlocks. Between steps nothing is held, so a control change may take
-// memory or the QP away: each step checks the generations Begin saw (the
-// engine's memory generation, bumped whenever the views of guest memory
-// may die, and the QP's, bumped when it is reset or destroyed) and refuses
-// when either moved.
+// Every step runs with the gate held shared by the caller, which entered
+// the data path with TryEnter (the cross-host fabric's I/O loop, which
+// serves every device of the host and so must not wait for one: while a
+// control change holds the gate, it drops the packet and the peer resends
+// it) or Enter (a goroutine the engine never waits for while it holds the
+// gate). Between steps the gate may be let go, so a control change may
+// take memory or the QP away: each step checks the generations Begin saw
+// (the engine's memory generation, bumped whenever the views of guest
+// memory may die, and the QP's, bumped when it is reset or destroyed) and
+// refuses when either moved.
 
 // maxFreeIncomings bounds the engine's free list of Incomings: more than
 // that many open at once (a deep transport window) allocate, and the
@@ -116,8 +117,6 @@ func (e *Engine) putIncoming(in *incoming) {
 // (the requester learns from the NAK; the responder's guest sees nothing,
 // as when the local fabric refuses before the WQE is taken).
 func (e *Engine) begin(req *fabric.Request) (_ fabric.Incoming, out fabric.Outcome) {
-	e.gate.RLock()
-	defer e.gate.RUnlock()
 	if !e.running || e.broken.Load() {
 		return nil, fabric.OutcomeRetry
 	}
@@ -304,8 +303,6 @@ func (in *incoming) guard(ok *bool, what string) {
 // Place implements fabric.Incoming.
 func (in *incoming) Place(off uint64, b []byte) (ok bool) {
 	e := in.e
-	e.gate.RLock()
-	defer e.gate.RUnlock()
 	switch {
 	case in.released || in.dead || in.committed:
 		return false
@@ -337,8 +334,6 @@ func (in *incoming) Place(off uint64, b []byte) (ok bool) {
 // untouched.
 func (in *incoming) Commit() (out fabric.Outcome) {
 	e := in.e
-	e.gate.RLock()
-	defer e.gate.RUnlock()
 	if in.released || in.dead || in.committed || !in.live() {
 		return fabric.OutcomeRemoteOp
 	}
@@ -407,8 +402,6 @@ func (in *incoming) Value() uint64 { return in.value }
 // after Release, until the memory or the QP goes away.
 func (in *incoming) ReadAt(p []byte, off uint64) (ok bool) {
 	e := in.e
-	e.gate.RLock()
-	defer e.gate.RUnlock()
 	if in.op != fabric.OpRead || !in.committed || off > in.len || uint64(len(p)) > in.len-off || !in.live() {
 		return false
 	}
@@ -426,9 +419,7 @@ func (in *incoming) ReadAt(p []byte, off uint64) (ok bool) {
 // hand another request's memory to that resend.
 func (in *incoming) Release() {
 	e := in.e
-	e.gate.RLock()
 	if in.released {
-		e.gate.RUnlock()
 		return
 	}
 	in.released = true
@@ -438,7 +429,6 @@ func (in *incoming) Release() {
 		in.q.rmu.Unlock()
 	}
 	in.hold.Release()
-	e.gate.RUnlock()
 	if in.op != fabric.OpRead {
 		e.putIncoming(in)
 	}

@@ -226,12 +226,17 @@ func (f *streamFabric) pieces(n uint64) [][2]uint64 {
 	return ps
 }
 
-// handle carries req through r as the transport would.
+// handle carries req through r as the transport would, each step inside
+// the data path on its own (Enter, which waits for a control change, as
+// the loop that drives one device only may), so control changes can
+// come between the steps.
 func (f *streamFabric) handle(r fabric.StreamResponder, req *fabric.Request) fabric.Outcome {
 	f.delivered.Add(1)
 	wire := *req // what reaches the other host: no local memory
 	wire.Local, wire.RecvAhead = nil, 0
-	in, o := r.Begin(&wire)
+	var in fabric.Incoming
+	var o fabric.Outcome
+	inside(r, func() { in, o = r.Begin(&wire) })
 	if o != fabric.OutcomeOK {
 		if in != nil {
 			f.t.Errorf("Begin refused with %v but returned an Incoming", o)
@@ -243,25 +248,30 @@ func (f *streamFabric) handle(r fabric.StreamResponder, req *fabric.Request) fab
 	case fabric.OpWrite, fabric.OpWriteImm, fabric.OpSend, fabric.OpSendImm:
 		payload := gatherViews(req.Local)
 		for _, p := range f.pieces(req.Len) {
-			if !in.Place(p[0], payload[p[0]:p[1]]) {
-				in.Release()
+			var ok bool
+			inside(r, func() { ok = in.Place(p[0], payload[p[0]:p[1]]) })
+			if !ok {
+				inside(r, in.Release)
 				return fabric.OutcomeRemoteOp
 			}
 		}
 	}
-	if o := in.Commit(); o != fabric.OutcomeOK {
-		in.Release()
+	inside(r, func() { o = in.Commit() })
+	if o != fabric.OutcomeOK {
+		inside(r, in.Release)
 		return o
 	}
 	value := in.Value()
 	// Release before the response is read: a READ's ReadAt must stay
 	// valid after it.
-	in.Release()
+	inside(r, in.Release)
 	switch req.Op {
 	case fabric.OpRead:
 		buf := make([]byte, req.Len)
 		for _, p := range f.pieces(req.Len) {
-			if !in.ReadAt(buf[p[0]:p[1]], p[0]) {
+			var ok bool
+			inside(r, func() { ok = in.ReadAt(buf[p[0]:p[1]], p[0]) })
+			if !ok {
 				return fabric.OutcomeRemoteOp
 			}
 		}
@@ -272,6 +282,54 @@ func (f *streamFabric) handle(r fabric.StreamResponder, req *fabric.Request) fab
 		scatterViews(req.Local, b[:])
 	}
 	return fabric.OutcomeOK
+}
+
+// entered is r with every call of Begin and of its Incomings made
+// inside r's data path on its own, as a loop that drives one device
+// would: control changes may come between the calls.
+func entered(r fabric.StreamResponder) enteredResponder { return enteredResponder{r} }
+
+type enteredResponder struct{ r fabric.StreamResponder }
+
+func (g enteredResponder) Begin(req *fabric.Request) (fabric.Incoming, fabric.Outcome) {
+	var in fabric.Incoming
+	var o fabric.Outcome
+	inside(g.r, func() { in, o = g.r.Begin(req) })
+	if in == nil {
+		return nil, o
+	}
+	return enteredIncoming{in, g.r}, o
+}
+
+type enteredIncoming struct {
+	in fabric.Incoming
+	r  fabric.StreamResponder
+}
+
+func (x enteredIncoming) Place(off uint64, b []byte) (ok bool) {
+	inside(x.r, func() { ok = x.in.Place(off, b) })
+	return ok
+}
+
+func (x enteredIncoming) Commit() (o fabric.Outcome) {
+	inside(x.r, func() { o = x.in.Commit() })
+	return o
+}
+
+func (x enteredIncoming) Value() uint64 { return x.in.Value() }
+
+func (x enteredIncoming) ReadAt(p []byte, off uint64) (ok bool) {
+	inside(x.r, func() { ok = x.in.ReadAt(p, off) })
+	return ok
+}
+
+func (x enteredIncoming) Release() { inside(x.r, x.in.Release) }
+
+// inside runs fn in r's data path.
+func inside(r fabric.StreamResponder, fn func()) {
+	r.Enter()
+	defer r.Exit()
+	fn()
 }
 
 func gatherViews(vs []guestmem.View) []byte {
@@ -452,7 +510,7 @@ func TestStreamedSendsBegunOutOfOrder(t *testing.T) {
 	for _, i := range []int{2, 0, 1} {
 		r := p.req(fabric.OpSend, uint64(len(msgs[i])))
 		r.RecvAhead = uint32(i)
-		in, o := p.b.Eng.Begin(r)
+		in, o := entered(p.b.Eng).Begin(r)
 		if o != fabric.OutcomeOK {
 			t.Fatalf("Begin of SEND %d: %v", i, o)
 		}
@@ -492,10 +550,10 @@ func TestStreamedSendsBegunOutOfOrder(t *testing.T) {
 	// Out of order: the second of two is committed first.
 	p.qb.PostRecv(20, dst.SGE(0, 64))
 	p.qb.PostRecv(21, dst.SGE(64, 64))
-	first, o1 := p.b.Eng.Begin(p.req(fabric.OpSend, 0))
+	first, o1 := entered(p.b.Eng).Begin(p.req(fabric.OpSend, 0))
 	r := p.req(fabric.OpSend, 0)
 	r.RecvAhead = 1
-	second, o2 := p.b.Eng.Begin(r)
+	second, o2 := entered(p.b.Eng).Begin(r)
 	if o1 != fabric.OutcomeOK || o2 != fabric.OutcomeOK {
 		t.Fatalf("Begin: %v, %v", o1, o2)
 	}
@@ -526,41 +584,41 @@ func TestStreamedRefusals(t *testing.T) {
 
 	r := p.req(fabric.OpSend, 100)
 	r.RecvAhead = 0
-	if in, o := p.b.Eng.Begin(r); in != nil || o != fabric.OutcomeRNR || !r.HasRNRTimer || r.RNRTimer != 3 {
+	if in, o := entered(p.b.Eng).Begin(r); in != nil || o != fabric.OutcomeRNR || !r.HasRNRTimer || r.RNRTimer != 3 {
 		t.Fatalf("Begin without a receive: %v, %v, timer %d/%v", in, o, r.RNRTimer, r.HasRNRTimer)
 	}
 	p.qb.PostRecv(1, dst.SGE(0, 64))
 	r = p.req(fabric.OpSend, 100)
-	if in, o := p.b.Eng.Begin(r); in != nil || o != fabric.OutcomeInvalidRequest {
+	if in, o := entered(p.b.Eng).Begin(r); in != nil || o != fabric.OutcomeInvalidRequest {
 		t.Fatalf("Begin of 100 bytes into 64: %v, %v", in, o)
 	}
 	r = p.req(fabric.OpSend, 10)
 	r.RecvAhead = 1
-	if _, o := p.b.Eng.Begin(r); o != fabric.OutcomeRNR {
+	if _, o := entered(p.b.Eng).Begin(r); o != fabric.OutcomeRNR {
 		t.Fatalf("Begin one past the posted receives: %v", o)
 	}
 	r = p.req(fabric.OpWrite, 64)
 	r.RKey, r.RemoteAddr = dst.Key+1, dst.GPA
-	if _, o := p.b.Eng.Begin(r); o != fabric.OutcomeRemoteAccess {
+	if _, o := entered(p.b.Eng).Begin(r); o != fabric.OutcomeRemoteAccess {
 		t.Fatalf("Begin with a bad rkey: %v", o)
 	}
 	r = p.req(fabric.OpRead, 64)
 	r.RKey, r.RemoteAddr = dst.Key, dst.GPA
-	if _, o := p.b.Eng.Begin(r); o != fabric.OutcomeRemoteAccess {
+	if _, o := entered(p.b.Eng).Begin(r); o != fabric.OutcomeRemoteAccess {
 		t.Fatalf("Begin of a READ without REMOTE_READ: %v", o)
 	}
 	r = p.req(fabric.OpWrite, 64)
 	r.Src.QPN++
-	if _, o := p.b.Eng.Begin(r); o != fabric.OutcomeUnreachable {
+	if _, o := entered(p.b.Eng).Begin(r); o != fabric.OutcomeUnreachable {
 		t.Fatalf("Begin from a third QP: %v", o)
 	}
 	r = p.req(fabric.OpCmpSwap, 8)
 	r.RKey, r.RemoteAddr = dst.Key, dst.GPA+8
-	if _, o := p.b.Eng.Begin(r); o != fabric.OutcomeRemoteAccess {
+	if _, o := entered(p.b.Eng).Begin(r); o != fabric.OutcomeRemoteAccess {
 		t.Fatalf("Begin of an atomic without REMOTE_ATOMIC: %v", o)
 	}
 	r.RemoteAddr = dst.GPA + 4
-	if _, o := p.b.Eng.Begin(r); o != fabric.OutcomeInvalidRequest {
+	if _, o := entered(p.b.Eng).Begin(r); o != fabric.OutcomeInvalidRequest {
 		t.Fatalf("Begin of a misaligned atomic: %v", o)
 	}
 	if p.qb.RQCons() != 0 || p.qb.State() != abi.QPStateRTS {
@@ -613,7 +671,7 @@ func TestStreamedRequestOutlivedByItsTarget(t *testing.T) {
 		t.Helper()
 		r := p.req(op, 4096)
 		r.RKey, r.RemoteAddr = dst.Key, dst.GPA
-		in, o := p.b.Eng.Begin(r)
+		in, o := entered(p.b.Eng).Begin(r)
 		if o != fabric.OutcomeOK {
 			t.Fatalf("Begin: %v", o)
 		}
@@ -709,6 +767,8 @@ func TestStreamedWriteAllocatesNothing(t *testing.T) {
 	r.RKey, r.RemoteAddr = dst.Key, dst.GPA
 	piece := make([]byte, 1024)
 	allocs := testing.AllocsPerRun(100, func() {
+		p.b.Eng.Enter()
+		defer p.b.Eng.Exit()
 		in, o := p.b.Eng.Begin(r)
 		if o != fabric.OutcomeOK {
 			t.Fatalf("Begin: %v", o)
@@ -745,7 +805,7 @@ func TestConnectorCalls(t *testing.T) {
 	conn := enginetest.ConnOpts{Access: abi.AccessAll, RetryCnt: 5, RNRRetry: 6, MinRNRTimer: 1, Timeout: 14}
 	qa.ToRTS(peer.GID, peer.QPN, conn)
 	conns, discs := f.calls()
-	wantRTR := fabric.Connection{Local: local, Remote: peer, Tenant: 42, MTU: 4096}
+	wantRTR := fabric.Connection{Local: local, Remote: peer, Tenant: 42}
 	wantRTS := wantRTR
 	wantRTS.Send, wantRTS.RetryCnt, wantRTS.RNRRetry = true, 5, 6
 	if len(conns) != 2 || conns[0] != wantRTR || conns[1] != wantRTS || len(discs) != 0 {
@@ -774,7 +834,7 @@ func TestConnectorCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	rtrMask := abi.QPAttrState | abi.QPAttrAV | abi.QPAttrPathMTU | abi.QPAttrDestQPN | abi.QPAttrRQPSN | abi.QPAttrMaxDestRdAtomic | abi.QPAttrMinRNRTimer
-	rtr := abi.QPAttr{State: abi.QPStateRTR, PathMTU: abi.MTU1024, DestQPN: peer.QPN, MaxDestRdAtomic: 1, MinRNRTimer: 1, AH: abi.AHAttr{DGID: peer.GID, Port: 1}}
+	rtr := abi.QPAttr{State: abi.QPStateRTR, PathMTU: abi.MTU1024, DestQPN: peer.QPN, RQPSN: 0x123456, MaxDestRdAtomic: 1, MinRNRTimer: 1, AH: abi.AHAttr{DGID: peer.GID, Port: 1}}
 	for _, c := range []struct {
 		err  error
 		want abi.Status
@@ -796,15 +856,17 @@ func TestConnectorCalls(t *testing.T) {
 	f.mu.Lock()
 	f.connErr = errors.New("refused")
 	f.mu.Unlock()
-	rts := abi.QPAttr{State: abi.QPStateRTS, MaxRdAtomic: 1, RetryCnt: 2, RNRRetry: 2, Timeout: 14}
+	rts := abi.QPAttr{State: abi.QPStateRTS, SQPSN: 0xabcdef, MaxRdAtomic: 1, RetryCnt: 2, RNRRetry: 2, Timeout: 14}
 	if err := a.Eng.ModifyQP(qa.QPN, abi.QPAttrState|abi.QPAttrSQPSN|abi.QPAttrMaxQPRdAtomic|abi.QPAttrRetryCnt|abi.QPAttrRNRRetry|abi.QPAttrTimeout, &rts); err == nil {
 		t.Fatal("MODIFY_QP to RTS succeeded with Connect refused")
 	}
 	if resp, err := a.Eng.QueryQP(qa.QPN); err != nil || resp.Attr.State != abi.QPStateRTR || resp.Attr.RetryCnt != 0 || resp.Attr.Timeout != 0 {
 		t.Fatalf("after a refused Connect at RTS: %+v, %v", resp.Attr, err)
 	}
-	if conns, _ = f.calls(); conns[len(conns)-1] != (fabric.Connection{Local: local, Remote: peer, Tenant: 42, MTU: 1024}) {
-		t.Fatalf("last connect %+v", conns[len(conns)-1])
+	// The PSNs reach the fabric: rq_psn from RTR on, sq_psn at RTS.
+	wantRTR = fabric.Connection{Local: local, Remote: peer, Tenant: 42, RQPSN: 0x123456}
+	if conns, _ = f.calls(); conns[len(conns)-1] != wantRTR {
+		t.Fatalf("last connect %+v, want %+v", conns[len(conns)-1], wantRTR)
 	}
 
 	// A request the peer never answers (the fabric holds it) does not
@@ -812,6 +874,11 @@ func TestConnectorCalls(t *testing.T) {
 	// completes nothing on a QP that is going away.
 	if err := a.Eng.ModifyQP(qa.QPN, abi.QPAttrState|abi.QPAttrSQPSN|abi.QPAttrMaxQPRdAtomic|abi.QPAttrRetryCnt|abi.QPAttrRNRRetry|abi.QPAttrTimeout, &rts); err != nil {
 		t.Fatal(err)
+	}
+	wantRTS = wantRTR
+	wantRTS.Send, wantRTS.SQPSN, wantRTS.RetryCnt, wantRTS.RNRRetry = true, 0xabcdef, 2, 2
+	if conns, _ = f.calls(); conns[len(conns)-1] != wantRTS {
+		t.Fatalf("connect at RTS %+v, want %+v", conns[len(conns)-1], wantRTS)
 	}
 	f.setPaused(true)
 	f.mu.Lock()
@@ -946,8 +1013,8 @@ func TestStreamedRequestOnTruncatedMemory(t *testing.T) {
 		return &fabric.Request{Op: op, Len: 8192, RKey: dst.Key, RemoteAddr: dst.GPA,
 			Src: fabric.Addr{GID: a.GID, QPN: qa.QPN}, Dst: fabric.Addr{GID: b.GID, QPN: qb.QPN}}
 	}
-	wr, o1 := b.Eng.Begin(req(fabric.OpWrite))
-	rd, o2 := b.Eng.Begin(req(fabric.OpRead))
+	wr, o1 := entered(b.Eng).Begin(req(fabric.OpWrite))
+	rd, o2 := entered(b.Eng).Begin(req(fabric.OpRead))
 	if o1 != fabric.OutcomeOK || o2 != fabric.OutcomeOK || rd.Commit() != fabric.OutcomeOK {
 		t.Fatalf("Begin: %v, %v", o1, o2)
 	}

@@ -7,13 +7,25 @@ import "fmt"
 // responder cannot take it in one call as Respond does.
 
 // StreamResponder is a Responder that also takes requests whose payload
-// arrives in pieces. Its methods, and those of the Incoming it returns,
-// may wait briefly for a control change of the responder's device (they
-// take its data-path gate shared, where Respond only tries it): call them
-// only from a goroutine that the device never waits for while it holds
-// that gate (the cross-host fabric's I/O loop).
+// arrives in pieces. Begin and the methods of the Incomings it returns
+// are called inside the responder's data path: between TryEnter (or
+// Enter) and Exit, which hold the device's data-path gate shared, so that
+// no control change of the device runs meanwhile. They never wait for
+// anything themselves; TryEnter does not either, so the one goroutine
+// that serves every device of a host (the cross-host fabric's I/O loop)
+// is never stalled by one device's control change: it drops what that
+// device cannot take now, and the peer resends it.
 type StreamResponder interface {
 	Responder
+	// TryEnter enters the device's data path if no control change holds
+	// it, without waiting: true must be followed by Exit.
+	TryEnter() bool
+	// Enter enters it, waiting for a control change to end: only for a
+	// goroutine the device never waits for while it holds its gate, and
+	// never on a path that serves other devices too.
+	Enter()
+	// Exit leaves the data path.
+	Exit()
 	// Begin checks req exactly as Respond would before any byte moves
 	// (QP, state, peer, rkey, access, range; for SEND, SEND_IMM and
 	// WRITE_IMM the receive WQE it will consume: the one req.RecvAhead
@@ -25,7 +37,9 @@ type StreamResponder interface {
 	Begin(req *Request) (Incoming, Outcome)
 }
 
-// Incoming is one accepted request, between Begin and its end.
+// Incoming is one accepted request, between Begin and its end. Its
+// methods are called inside its responder's data path (see
+// StreamResponder), from one goroutine at a time.
 type Incoming interface {
 	// Place copies b to offset off of the message, at most once per
 	// byte, in any order. false: the target went away since Begin (the
@@ -68,19 +82,28 @@ type Connector interface {
 }
 
 // Connection describes a connected RC QP pair, from the local side.
+//
+// It has no path MTU: the fabric cuts messages as its own network
+// needs (fabric/remote by the host network's MTU), since an RC message
+// is delivered whole and the guest cannot see how it was cut.
 type Connection struct {
 	Local, Remote Addr
 	// Tenant is the local device's tenant; both ends must agree.
 	Tenant uint32
 	// Send is false at RTR (receive only), true from RTS.
 	Send bool
+	// RQPSN is the QP's rq_psn (from RTR): the first PSN of the peer's
+	// requests, which is the peer's sq_psn.
+	RQPSN uint32
+	// SQPSN is the QP's sq_psn (from RTS, meaningful when Send is true):
+	// the first PSN of its own requests, the peer's rq_psn. A fabric
+	// that keeps a packet stream per direction starts each at these, as
+	// IB does, so that a QP pair reset and connected again with other
+	// PSNs does not take the old connection's packets for its own.
+	SQPSN uint32
 	// RetryCnt and RNRRetry are the QP's retry_cnt and rnr_retry (IB:
 	// 0..7, rnr_retry 7 is for ever), meaningful when Send is true.
 	RetryCnt, RNRRetry uint8
-	// MTU is the QP's path MTU in bytes (path_mtu). fabric/remote sizes
-	// its packets by the host network's MTU instead: an RC message is
-	// delivered whole, so the guest cannot see how it was cut.
-	MTU uint32
 }
 
 func (c Connection) String() string {

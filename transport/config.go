@@ -35,14 +35,30 @@ func (r Recovery) String() string {
 
 // Config configures one connection. Zero fields take the defaults.
 type Config struct {
-	// Identity: the tenant, and the two ends' connection ids and tokens.
-	// LocalConn/LocalToken are what the peer must put in the packets it
-	// sends us; RemoteConn/RemoteToken what we put in ours.
+	// Identity: the tenant, the two ends' connection ids and the two
+	// packet streams' tokens. LocalConn is the id the peer puts in every
+	// packet it sends us, RemoteConn the one we put in ours. A token
+	// belongs to a stream, not to a direction (docs/wire.md, section 9):
+	// LocalToken is the peer's stream's (its DATA packets, and the ACKs
+	// we send for them), RemoteToken ours (our DATA, the peer's ACKs).
 	Tenant      uint32
 	LocalConn   uint32
 	LocalToken  uint64
 	RemoteConn  uint32
 	RemoteToken uint64
+
+	// RecvPSN and SendPSN are the first PSNs of the peer's stream and of
+	// ours: an RC QP's rq_psn and sq_psn, as in IB. A fabric that mixes
+	// them into the tokens makes each incarnation of a QP pair a
+	// connection of its own.
+	RecvPSN, SendPSN uint32
+	// SendLater: our stream has no PSN and token yet (an RC QP in RTR
+	// knows its peer's stream, rq_psn, but not yet its own, sq_psn, which
+	// comes at RTS). The connection takes the peer's messages and
+	// acknowledges them, but Post fails and nothing of ours leaves (a
+	// response waits) until StartSend. SendPSN and RemoteToken are
+	// ignored.
+	SendLater bool
 
 	// MaxPayload is the payload bytes per packet (MTU minus IP, UDP and
 	// the transport's headers; see docs/wire.md). Default 1392 (MTU 1500).
@@ -52,14 +68,23 @@ type Config struct {
 	Window int
 	// Recovery is selective repeat (default) or go-back-N.
 	Recovery Recovery
-	// DupThresh: a packet with this many later packets acknowledged is
-	// lost (selective repeat). Well above TCP's 3, because spraying over
-	// paths of different delay reorders. Default 16.
+	// DupThresh: a first transmission with this many later packets
+	// acknowledged is lost (selective repeat). Well above TCP's 3,
+	// because spraying over paths of different delay reorders; with
+	// ReorderAdaptive it is a floor, raised past the reordering seen.
+	// Default 16.
 	DupThresh int
 	// Reordering time: an unacknowledged packet is also lost once a packet
-	// sent after it is acknowledged and this much more than the smoothed
-	// RTT has passed (RACK). Default 250 µs.
+	// sent after it is acknowledged and it is this much older than the
+	// smoothed RTT (RACK). With ReorderAdaptive, older than the longest a
+	// packet recently took to be acknowledged (at least the smoothed RTT)
+	// plus this window, which grows while losses prove spurious
+	// (reorder.go). Default 250 µs.
 	ReorderWindow time.Duration
+	// Reordering: ReorderAdaptive (default) learns the reordering the
+	// connection sees; ReorderFixed keeps DupThresh and ReorderWindow
+	// as they are. Go-back-N ignores it.
+	Reordering ReorderMode
 	// RTO bounds and the initial value. Defaults 1 ms, 200 µs, 100 ms.
 	RTOInit, RTOMin, RTOMax time.Duration
 	// RetryLimit: consecutive timeouts without progress before the
@@ -125,6 +150,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("transport: RTO %v not within [%v, %v]: %w", c.RTOInit, c.RTOMin, c.RTOMax, ErrConfig)
 	case c.RetryLimit < 1 || c.RetryLimit > 7 || c.RNRRetry < 1 || c.RNRRetry > 7:
 		return c, fmt.Errorf("transport: retry limit %d / rnr retry %d outside 1..7: %w", c.RetryLimit, c.RNRRetry, ErrConfig)
+	case c.Reordering > ReorderFixed:
+		return c, fmt.Errorf("transport: reordering mode %d: %w", c.Reordering, ErrConfig)
 	case c.Recovery > GoBackN:
 		return c, fmt.Errorf("transport: %v: %w", c.Recovery, ErrConfig)
 	}
@@ -140,4 +167,6 @@ var (
 	// ErrForeign and ErrInvalid are wrapped by Handle's errors.
 	ErrForeign = errors.New("transport: packet of another tenant or connection")
 	ErrInvalid = errors.New("transport: packet contradicts the connection")
+	// ErrNotStarted: Post before StartSend on a SendLater connection.
+	ErrNotStarted = errors.New("transport: send stream not started")
 )

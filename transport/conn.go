@@ -19,6 +19,18 @@ type Conn struct {
 	comps  []Completion
 	st     Stats
 	hdr    wire.Header // scratch for Transmit
+
+	// sending: our stream has its PSN and token (not SendLater, or
+	// StartSend was called).
+	sending bool
+	// gate is the sink's, if it has one. lastResp is the msn of the
+	// newest READ response that reads from the sink, while responding
+	// (until every message up to it completed); busyAt is when to try
+	// the gate again for it (0: not waiting).
+	gate       Gate
+	lastResp   uint32
+	responding bool
+	busyAt     int64
 }
 
 // Stats are a connection's counters.
@@ -26,10 +38,19 @@ type Stats struct {
 	DataSent, Retransmits, AcksSent, AcksReceived uint64
 	DataReceived, Duplicates                      uint64
 	Timeouts, FastRetransmits, RNRNaks            uint64
+	// SpuriousRetransmits counts retransmissions the sender found were
+	// not needed: the original was acknowledged after all (its echoed
+	// timestamp, or an ACK too soon after the retransmission). A lower
+	// bound: the receiver's Duplicates counts every copy it got twice.
+	SpuriousRetransmits uint64
 	// Dropped counts packets refused: another tenant, connection or
 	// token (Foreign), or contradicting the connection's state (Invalid).
 	Foreign, Invalid uint64
 	BytesPlaced      uint64
+	// Busy counts DATA packets dropped unreceived because the sink's
+	// gate was taken (its device in a control change): the peer resends
+	// them.
+	Busy uint64
 }
 
 // NewConn creates a connection delivering inbound messages to sink.
@@ -41,11 +62,35 @@ func NewConn(cfg Config, sink Sink) (*Conn, error) {
 	if sink == nil {
 		return nil, fmt.Errorf("transport: no sink: %w", ErrConfig)
 	}
-	c := &Conn{cfg: cfg, sink: sink}
+	c := &Conn{cfg: cfg, sink: sink, sending: !cfg.SendLater}
+	c.gate, _ = sink.(Gate)
 	c.tx.init(&c.cfg)
 	c.rx.init(&c.cfg)
-	c.hdr = wire.Header{Tenant: cfg.Tenant, Conn: cfg.RemoteConn, Token: cfg.RemoteToken}
+	c.hdr = wire.Header{Tenant: cfg.Tenant, Conn: cfg.RemoteConn}
+	if c.sending {
+		c.startSend(cfg.SendPSN, cfg.RemoteToken)
+	}
 	return c, nil
+}
+
+// StartSend gives a SendLater connection's stream its first PSN and its
+// token (an RC QP's sq_psn, at RTS): from then on it posts and sends.
+// It fails on a connection whose stream has started.
+func (c *Conn) StartSend(psn uint32, token uint64) error {
+	if c.sending {
+		return fmt.Errorf("transport: send stream started already: %w", ErrConfig)
+	}
+	c.startSend(psn, token)
+	return nil
+}
+
+// startSend starts our stream at psn. Nothing of it has been sent (a
+// response may be queued), so the window is empty.
+func (c *Conn) startSend(psn uint32, token uint64) {
+	c.sending = true
+	c.cfg.SendPSN, c.cfg.RemoteToken = psn, token
+	c.hdr.Token = token
+	c.tx.una, c.tx.nxt = psn, psn
 }
 
 // Stats returns the counters.
@@ -64,6 +109,9 @@ func (c *Conn) Post(m Message) (uint32, error) {
 	if c.failed {
 		return 0, ErrClosed
 	}
+	if !c.sending {
+		return 0, ErrNotStarted
+	}
 	if err := m.validate(); err != nil {
 		return 0, err
 	}
@@ -81,7 +129,14 @@ func (c *Conn) Completions(dst []Completion) []Completion {
 // is not this connection's, or that contradicts its state, is dropped
 // and counted, and the error says why.
 func (c *Conn) Handle(now int64, p *wire.Packet) error {
-	if p.Tenant != c.cfg.Tenant || p.Conn != c.cfg.LocalConn || p.Token != c.cfg.LocalToken {
+	// A DATA packet carries the token of the peer's stream, an ACK that
+	// of ours, which it acknowledges: before our stream started, no ACK
+	// can be for us.
+	token, ok := c.cfg.LocalToken, true
+	if p.Type == wire.TypeAck {
+		token, ok = c.cfg.RemoteToken, c.sending
+	}
+	if p.Tenant != c.cfg.Tenant || p.Conn != c.cfg.LocalConn || p.Token != token || !ok {
 		c.st.Foreign++
 		return fmt.Errorf("tenant %d conn %d: %w", p.Tenant, p.Conn, ErrForeign)
 	}
@@ -92,7 +147,17 @@ func (c *Conn) Handle(now int64, p *wire.Packet) error {
 	}
 	switch p.Type {
 	case wire.TypeData:
-		return c.rx.data(c, now, p)
+		if c.gate == nil {
+			return c.rx.data(c, now, p)
+		}
+		if !c.gate.TryEnter() {
+			// Not received: the peer resends it, as after a loss.
+			c.st.Busy++
+			return nil
+		}
+		err := c.rx.data(c, now, p)
+		c.gate.Exit()
+		return err
 	case wire.TypeAck:
 		return c.tx.ack(c, now, p)
 	}
@@ -110,27 +175,71 @@ func (c *Conn) Transmit(now int64, buf []byte) (pkt []byte, path uint16, ok bool
 		c.st.AcksSent++
 		return pkt, path, true
 	}
-	if c.failed {
+	if c.failed || !c.sending {
 		return nil, 0, false
 	}
-	return c.tx.transmit(c, now, buf)
+	if c.gate == nil || !c.readsSink() {
+		return c.tx.transmit(c, now, buf)
+	}
+	if !c.gate.TryEnter() {
+		// A response would read from the sink: it waits, and so does
+		// what comes after it.
+		if c.busyAt <= now {
+			c.busyAt = now + busyRetry
+		}
+		return nil, 0, false
+	}
+	c.busyAt = 0
+	pkt, path, ok = c.tx.transmit(c, now, buf)
+	c.gate.Exit()
+	return pkt, path, ok
+}
+
+// busyRetry is how soon a connection whose response waits for the
+// sink's gate asks to try again.
+const busyRetry = int64(50 * time.Microsecond)
+
+// readsSink reports whether a packet Transmit sends may read a READ
+// response from the sink: one is queued or not yet committed by the
+// peer. Messages complete in msn order, so once msnUna has passed the
+// newest such response, none is left.
+func (c *Conn) readsSink() bool {
+	if c.responding && wire.SeqLess(c.lastResp, c.tx.msnUna) {
+		c.responding = false
+	}
+	return c.responding
+}
+
+// respondFromSink notes that the READ response about to be queued reads
+// from the sink. Responses take msns in order as room allows, after
+// those still queued, so its msn is known now.
+func (c *Conn) respondFromSink() {
+	c.lastResp, c.responding = c.tx.msnNxt+uint32(len(c.tx.pending)), true
 }
 
 // Timeout is the next time HandleTimeout must be called (ok false: none).
 // It includes the pacing deadline: when the CC is a Pacer and a packet
 // waits only for it, the time it may leave, after which the driver calls
-// HandleTimeout and then Transmit.
+// HandleTimeout and then Transmit; likewise, while a response waits for
+// the sink's Gate, when to try again.
 func (c *Conn) Timeout() (at int64, ok bool) {
 	if c.failed {
 		return 0, false
 	}
-	return c.tx.timeout()
+	at, ok = c.tx.timeout()
+	if c.busyAt != 0 && (!ok || c.busyAt < at) {
+		at, ok = c.busyAt, true
+	}
+	return at, ok
 }
 
 // HandleTimeout runs the timers due at now: retransmission timeout,
-// reordering time, receiver-not-ready waits, the pacing deadline (which
-// only lets Transmit send again).
+// reordering time, receiver-not-ready waits, the pacing deadline and the
+// wait for the sink's gate (which only let Transmit send again).
 func (c *Conn) HandleTimeout(now int64) {
+	if c.busyAt != 0 && now >= c.busyAt {
+		c.busyAt = 0 // Transmit tries the gate again
+	}
 	if !c.failed {
 		c.tx.handleTimeout(c, now)
 	}

@@ -8,7 +8,8 @@ import (
 )
 
 // FuzzConnHandle feeds a connection arbitrary packets that pass the wire
-// parser, addressed to it (right tenant, connection and token), between
+// parser, addressed to it (right tenant, connection and token: the
+// peer's stream's for DATA, its own stream's for an ACK), between
 // real traffic: it must never panic, never complete a message twice or
 // out of order, and never commit bytes of a message it did not accept.
 func FuzzConnHandle(f *testing.F) {
@@ -47,6 +48,9 @@ func FuzzConnHandle(f *testing.F) {
 			id, tok := uint32(1), uint64(0xaaaa)
 			if dst == peer {
 				id, tok = 2, 0xbbbb
+			}
+			if q.Type == wire.TypeAck {
+				tok ^= 0xaaaa ^ 0xbbbb // the other stream's
 			}
 			q.Tenant, q.Conn, q.Token = 7, id, tok
 			now := int64(when)

@@ -158,3 +158,21 @@ type Sink interface {
 	// may have taken effect.
 	Commit(m *Inbound) wire.NAK
 }
+
+// Gate is implemented by a Sink whose target is at times unavailable for
+// a while (a device in a control change) and that must not make its
+// caller wait for it: the caller drives many connections, and a wait
+// for one device would stall them all. The connection enters the gate
+// around everything that reaches the Sink: each DATA packet it handles
+// (Begin, Place, Commit) and each transmission while a READ response of
+// its own may read from the Sink. When TryEnter fails, a DATA packet is
+// dropped unreceived (counted in Stats.Busy; the peer resends it, as
+// after a loss) and the response waits (Timeout asks to be called back
+// soon). So nothing is lost or done twice, and completions keep their
+// order.
+type Gate interface {
+	// TryEnter takes the gate if it is free, without waiting; true
+	// must be followed by Exit.
+	TryEnter() bool
+	Exit()
+}

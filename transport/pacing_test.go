@@ -173,10 +173,12 @@ func TestPacingOverSim(t *testing.T) {
 }
 
 // pathLog is a PathSelector that sprays by psn and remembers where each
-// packet last went.
+// packet last went, and counts the losses and timeouts it hears of.
 type pathLog struct {
-	rng  *rand.Rand
-	last map[uint32]uint16
+	rng      *rand.Rand
+	last     map[uint32]uint16
+	losses   int
+	timeouts int
 }
 
 func (p *pathLog) SelectPath(_ int64, psn uint32, _ bool) uint16 {
@@ -185,7 +187,8 @@ func (p *pathLog) SelectPath(_ int64, psn uint32, _ bool) uint16 {
 	return path
 }
 func (*pathLog) OnAck(int64, uint16, int64) {}
-func (*pathLog) OnLoss(int64, uint16)       {}
+func (p *pathLog) OnLoss(int64, uint16)     { p.losses++ }
+func (p *pathLog) OnTimeout(int64)          { p.timeouts++ }
 
 // ccLog records what the connection tells its CC.
 type ccLog struct {
@@ -195,6 +198,7 @@ type ccLog struct {
 	losses       int
 	badLoss      int // a loss reported with a send time after now
 	lossPaths    map[uint16]int
+	timeouts     int
 }
 
 func (*ccLog) Window() int { return 64 }
@@ -214,12 +218,14 @@ func (l *ccLog) OnLoss(now int64, path uint16, sentAt int64) {
 		l.badLoss++
 	}
 }
-func (*ccLog) OnTimeout(int64) {}
+func (l *ccLog) OnTimeout(int64) { l.timeouts++ }
 
 // TestCCHearsPaths: the CC is credited, per path, exactly the packets
 // whose last transmission went on that path; it gets at most one RTT
 // sample per acknowledgement; it hears of every loss the connection
-// declares (not by timeout) with the packet's path and send time.
+// declares (not by timeout) with the packet's path and send time. The
+// path selector hears of the same timeouts, and of every loss, timeouts'
+// included.
 func TestCCHearsPaths(t *testing.T) {
 	for seed := range uint64(3) {
 		log := &ccLog{acked: map[uint16]int{}, lossPaths: map[uint16]int{}}
@@ -246,6 +252,12 @@ func TestCCHearsPaths(t *testing.T) {
 		}
 		if uint64(log.losses) != st.FastRetransmits || log.losses == 0 || log.badLoss != 0 {
 			t.Errorf("seed %d: CC heard %d losses (%d with a future send time), connection declared %d", seed, log.losses, log.badLoss, st.FastRetransmits)
+		}
+		if uint64(log.timeouts) != st.Timeouts || sel.timeouts != log.timeouts {
+			t.Errorf("seed %d: %d timeouts, the CC heard %d, the selector %d", seed, st.Timeouts, log.timeouts, sel.timeouts)
+		}
+		if uint64(sel.losses) < st.FastRetransmits || st.Timeouts == 0 && uint64(sel.losses) != st.FastRetransmits {
+			t.Errorf("seed %d: the selector heard %d losses, the connection declared %d fast and had %d timeouts", seed, sel.losses, st.FastRetransmits, st.Timeouts)
 		}
 		t.Logf("seed %d: %d samples, %d sample-only calls, losses by path %v, %+v", seed, log.samples, log.zeroAckCalls, log.lossPaths, st)
 	}

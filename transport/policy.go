@@ -20,6 +20,11 @@ type PathSelector interface {
 	OnAck(now int64, path uint16, rtt int64)
 	// OnLoss reports, at now, a packet sent on path declared lost.
 	OnLoss(now int64, path uint16)
+	// OnTimeout reports, at now, a retransmission timeout: nothing was
+	// acknowledged for an RTO, on any path (every packet in flight is
+	// then declared lost, each reported to OnLoss). A selector may stop
+	// exploring for a while (REPS's freeze) or re-probe its paths.
+	OnTimeout(now int64)
 }
 
 // CongestionControl bounds the packets in flight.
@@ -69,6 +74,10 @@ func (SinglePath) OnAck(int64, uint16, int64) {}
 
 // OnLoss implements PathSelector.
 func (SinglePath) OnLoss(int64, uint16) {}
+
+// OnTimeout implements PathSelector: with one path there is no other
+// to turn to.
+func (SinglePath) OnTimeout(int64) {}
 
 // FixedWindow allows a fixed number of packets in flight: no congestion
 // control beyond the connection's window (transport/cc has Swift and

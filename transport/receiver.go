@@ -35,7 +35,10 @@ type receiver struct {
 	rnrPending bool
 }
 
-func (r *receiver) init(cfg *Config) { r.cfg = cfg }
+func (r *receiver) init(cfg *Config) {
+	r.cfg = cfg
+	r.nxt, r.base = cfg.RecvPSN, cfg.RecvPSN // the peer's stream starts there
+}
 
 func (r *receiver) has(psn uint32) bool {
 	if wire.SeqLess(psn, r.nxt) {
@@ -199,6 +202,9 @@ func (r *receiver) commitReady(c *Conn, now int64) {
 		}
 		switch m.Op {
 		case wire.OpReadReq:
+			if m.Response != nil && m.Len > 0 {
+				c.respondFromSink()
+			}
 			c.tx.respond(wire.OpReadResp, m.MSN, m.Len, m.Response)
 		case wire.OpCmpSwap, wire.OpFetchAdd:
 			c.tx.respond(wire.OpAtomicResp, m.MSN, 8, resultSource(m.Result))
@@ -231,6 +237,7 @@ func (r *receiver) appendAck(c *Conn, dst []byte) ([]byte, uint16) {
 	r.rnrPending, r.ackPending = false, false
 	h := c.hdr
 	h.Path, h.PSN, h.TS, h.Flags = r.ackPath, 0, 0, 0
+	h.Token = r.cfg.LocalToken // the token of the stream it acknowledges
 	return wire.AppendAck(dst, &h, &a), r.ackPath
 }
 

@@ -22,15 +22,17 @@ const (
 
 // txPkt is one packet of the send window.
 type txPkt struct {
-	sentAt int64
-	msn    uint32
-	off    uint32
-	n      uint16
-	path   uint16
-	first  bool
-	last   bool
-	state  uint8
-	tx     uint8 // transmissions so far
+	sentAt  int64
+	firstTS int64 // the timestamp its first transmission carried
+	msn     uint32
+	off     uint32
+	n       uint16
+	path    uint16
+	first   bool
+	last    bool
+	state   uint8
+	tx      uint8 // transmissions so far
+	lostBy  uint8 // the rule that last declared it lost (lostByCount, ...)
 }
 
 // outMsg is one posted message.
@@ -81,6 +83,9 @@ type sender struct {
 	rtoAt             int64 // 0: not armed
 	retries           int   // consecutive timeouts without progress
 	rackSentAt        int64 // latest send time of an acknowledged packet
+	lastTS            int64 // the last timestamp sent: each packet's is unique
+	echo              int64 // the timestamp the ACK being handled echoes
+	ro                reorder
 	rackAt            int64 // 0: no reordering deadline
 	rnrAt             int64 // 0: no RNR wait
 	highAcked         uint32
@@ -283,12 +288,21 @@ func (s *sender) send(c *Conn, now int64, psn uint32, buf []byte, retx bool) ([]
 	p.path = s.cfg.Path.SelectPath(now, psn, retx)
 	p.sentAt, p.state = now, pktInFlight
 	p.tx++
+	// A timestamp unique within the connection (packets sent at the
+	// same time take the next nanoseconds), so that an ACK's echo names
+	// the one transmission that triggered it; never 0, the wire's "no
+	// timestamp".
+	ts := max(now, s.lastTS+1)
+	s.lastTS = ts
+	if p.tx == 1 {
+		p.firstTS = ts
+	}
 	s.inFlight++
 	if s.rtoAt == 0 {
 		s.rtoAt = now + s.rto
 	}
 	h := &c.hdr
-	h.Path, h.PSN, h.TS, h.Flags = p.path, psn, now, 0
+	h.Path, h.PSN, h.TS, h.Flags = p.path, psn, ts, 0
 	if p.first {
 		h.Flags |= wire.FlagFirst
 	}
@@ -343,9 +357,17 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 	}
 	c.st.AcksReceived++
 	var rtt int64
+	s.echo = 0
 	if p.Ack.EchoTS > 0 && p.Ack.EchoTS <= now {
 		rtt = now - p.Ack.EchoTS
+		s.echo = p.Ack.EchoTS
 		s.sampleRTT(rtt)
+		if s.retries == 0 {
+			// RFC 6298 (2.3): the RTO follows every measurement, not
+			// only those of an ACK that makes progress; a backed-off RTO
+			// stays until progress.
+			s.rto = s.rtoValue()
+		}
 		c.cfg.Path.OnAck(now, p.Path, rtt)
 	}
 	s.ackRun = ackRun{rttPath: p.Path, rtt: rtt}
@@ -442,6 +464,15 @@ func (s *sender) markAcked(c *Conn, now int64, psn uint32) {
 	}
 	r.path, r.progress = p.path, true
 	r.n++
+	if c.cfg.Recovery == Selective {
+		if p.tx == 1 {
+			if s.adaptive() {
+				s.learnAcked(now, psn, p)
+			}
+		} else if p.tx > 1 {
+			s.checkSpurious(c, now, psn, p, s.echo)
+		}
+	}
 	switch p.state {
 	case pktInFlight:
 		s.inFlight--
@@ -473,15 +504,17 @@ func (s *sender) flushAckRun(c *Conn, now int64) {
 }
 
 // detectLosses declares lost (selective repeat) every packet in flight
-// with DupThresh later packets acknowledged, or sent before an
-// acknowledged packet and older than the smoothed RTT plus the
-// reordering window (RACK). It arms the reordering timer for the rest.
+// with dupThresh later packets acknowledged, or sent before an
+// acknowledged packet and older than lossAge (RACK; reorder.go says how
+// both follow the reordering seen). It arms the reordering timer for
+// the rest.
 func (s *sender) detectLosses(c *Conn, now int64) {
 	s.rackAt = 0
 	if !s.haveHigh {
 		return
 	}
-	reo := s.srtt + dur(c.cfg.ReorderWindow)
+	reo := s.lossAge(now)
+	thresh := s.dupThresh(now)
 	lost := 0
 	for psn := s.una; wire.SeqLess(psn, s.highAcked); psn++ {
 		p := s.pkt(psn)
@@ -491,10 +524,14 @@ func (s *sender) detectLosses(c *Conn, now int64) {
 		// The count rule judges a first transmission only: a resent
 		// packet has every packet above it acknowledged already, so only
 		// time (or the RTO) can say it is lost again.
-		byCount := p.tx == 1 && s.highAcked-psn >= uint32(c.cfg.DupThresh)
+		byCount := p.tx == 1 && s.highAcked-psn >= thresh
 		byTime := p.sentAt < s.rackSentAt && p.sentAt+reo <= now
 		if byCount || byTime {
-			s.lose(c, now, psn, true)
+			why := lostByTime
+			if byCount {
+				why = lostByCount
+			}
+			s.lose(c, now, psn, true, why)
 			lost++
 			continue
 		}
@@ -503,6 +540,9 @@ func (s *sender) detectLosses(c *Conn, now int64) {
 		}
 	}
 	c.st.FastRetransmits += uint64(lost)
+	if lost > 0 {
+		s.lossEpisode(now)
+	}
 }
 
 // goBack implements go-back-N: an acknowledgement that does not move
@@ -515,15 +555,17 @@ func (s *sender) goBack(c *Conn, now int64, a *wire.Ack, progress bool) {
 	if progress || s.gbnActive || s.inFlight == 0 || a.Cum != s.una {
 		return
 	}
-	n := s.loseAll(c, now, true)
+	n := s.loseAll(c, now, true, lostByCount)
 	s.gbnActive, s.gbnRecover = true, s.nxt
 	c.st.FastRetransmits += uint64(n)
 }
 
-// lose declares packet psn lost and queues it for retransmission; cc
-// says the CC hears of it (a timeout's losses it hears as the timeout).
-func (s *sender) lose(c *Conn, now int64, psn uint32, cc bool) {
+// lose declares packet psn lost by rule why and queues it for
+// retransmission; cc says the CC hears of it (a timeout's losses it
+// hears as the timeout).
+func (s *sender) lose(c *Conn, now int64, psn uint32, cc bool, why uint8) {
 	p := s.pkt(psn)
+	p.lostBy = why
 	if p.state == pktInFlight {
 		s.inFlight--
 	}
@@ -538,11 +580,11 @@ func (s *sender) lose(c *Conn, now int64, psn uint32, cc bool) {
 }
 
 // loseAll declares every packet in flight lost.
-func (s *sender) loseAll(c *Conn, now int64, cc bool) int {
+func (s *sender) loseAll(c *Conn, now int64, cc bool, why uint8) int {
 	n := 0
 	for psn := s.una; psn != s.nxt; psn++ {
 		if s.pkt(psn).state == pktInFlight {
-			s.lose(c, now, psn, cc)
+			s.lose(c, now, psn, cc, why)
 			n++
 		}
 	}
@@ -659,7 +701,8 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 			return
 		}
 		c.cfg.CC.OnTimeout(now)
-		s.loseAll(c, now, false)
+		c.cfg.Path.OnTimeout(now)
+		s.loseAll(c, now, false, lostByTimeout)
 		s.gbnActive = false
 		s.rto = min(2*s.rto, dur(c.cfg.RTOMax))
 		s.rtoAt = now + s.rto
@@ -685,6 +728,9 @@ func (s *sender) flush(c *Conn, st Status) {
 func (s *sender) sampleRTT(rtt int64) {
 	if rtt <= 0 {
 		return
+	}
+	if s.ro.minRTT == 0 || rtt < s.ro.minRTT {
+		s.ro.minRTT = rtt
 	}
 	if s.srtt == 0 {
 		s.srtt, s.rttvar = rtt, rtt/2

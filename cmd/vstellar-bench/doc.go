@@ -45,7 +45,8 @@
 //	vstellar-bench spray [--quick] [--json]
 //	    Permutation traffic across a 2-leaf, 4-spine namespace fabric,
 //	    every path selector beside the single path: goodput as a fraction
-//	    of the bisection, and best sprayer / single. Needs root.
+//	    of the bisection, best sprayer / single, and the packets resent
+//	    and the share of them that were spurious. Needs root.
 //
 //	vstellar-bench failover [--quick] [--json]
 //	    One leaf->spine link black-holed mid-transfer: time until goodput

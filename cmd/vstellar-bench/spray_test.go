@@ -72,6 +72,10 @@ func TestSprayJSON(t *testing.T) {
 	// but a transport sending everything four times is broken.
 	for _, k := range kinds {
 		inRange(t, num, 0.95, 4, k+"_wire_per_goodput")
+		// Resent per first transmission, and the share of those resent
+		// that the receiver got twice.
+		inRange(t, num, 0, 3, k+"_retx_frac")
+		inRange(t, num, 0, 1, k+"_spurious_frac")
 	}
 }
 

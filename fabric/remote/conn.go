@@ -19,13 +19,18 @@ type conn struct {
 	tenant        uint32
 	id            uint32 // the endpoint's: what the peer addresses us as
 
+	// Where the two packet streams started: the peer's at rq_psn; ours at
+	// sq_psn once sending (from RTS). Under Fabric.cmu.
+	rqPSN, sqPSN uint32
+	sending      bool
+
 	// sink is the loop's (and close's, once the loop is done with it).
 	sink sink
 
 	// mu guards the table of requests in flight. Held only for table
-	// updates and Submit (which takes the endpoint's small queue lock),
-	// never across a wait for the loop: Post runs under the engine's
-	// gate.
+	// updates and Submit (which only tries the endpoint's main lock, and
+	// sends without waiting for the socket), never across a wait for the
+	// loop: Post runs under the engine's gate.
 	mu     sync.Mutex
 	closed bool
 	slots  []*slot
@@ -49,7 +54,10 @@ func (s *slot) ReadAt(p []byte, off uint64) bool { return readViews(s.req.Local,
 func (s *slot) WriteAt(p []byte, off uint64) bool { return writeViews(s.req.Local, off, p) }
 
 func newConn(f *Fabric, c fabric.Connection, id uint32, r fabric.StreamResponder) *conn {
-	cn := &conn{f: f, local: c.Local, remote: c.Remote, tenant: c.Tenant, id: id}
+	cn := &conn{f: f, local: c.Local, remote: c.Remote, tenant: c.Tenant, id: id, rqPSN: c.RQPSN}
+	if c.Send {
+		cn.sending, cn.sqPSN = true, c.SQPSN
+	}
 	cn.sink = sink{cn: cn, resp: r}
 	return cn
 }
@@ -63,7 +71,8 @@ var wireOp = [...]wire.Op{
 
 func isAtomic(op fabric.Op) bool { return op == fabric.OpCmpSwap || op == fabric.OpFetchAdd }
 
-// post queues req on the connection; the loop completes it.
+// post hands req to the endpoint, which sends it at once or queues it;
+// the loop completes it.
 func (c *conn) post(req *fabric.Request, comp fabric.Completer) {
 	if int(req.Op) >= len(wireOp) || wireOp[req.Op] == 0 || req.Len > wire.MaxMsgLen {
 		comp.Complete(req, fabric.OutcomeLocalError)

@@ -4,11 +4,15 @@
 // by transport/endpoint's I/O loop), and hands traffic between devices
 // of this host to an embedded fabric.Local.
 //
-// A QP's connection is made when the engine calls Connect at RTR and
-// gets the QP's retry limits at RTS. Connection ids and tokens are
-// derived, not negotiated: ConnIdentity, an HMAC of the tenant and both
-// QP addresses under the cluster secret, gives both hosts the same values
-// from the QP attributes alone. Requests posted by the QP go out as
+// A QP's connection is made when the engine calls Connect at RTR, and
+// takes the peer's packet stream from the QP's rq_psn on; at RTS the
+// QP's own stream starts at its sq_psn, with its retry limits. Connection
+// ids and tokens are derived, not negotiated: ConnIdentity, an HMAC of
+// the tenant, both QP addresses and (for a stream's token) the stream's
+// first PSN under the cluster secret, gives both hosts the same values
+// from the QP attributes alone, and a QP pair connected again with new
+// PSNs new tokens, so the old incarnation's packets are refused. Requests
+// posted by the QP go out as
 // transport messages; their completions come back through the loop and
 // complete the requests. Requests from the peer go, packet by packet,
 // straight into the local device's memory through its
@@ -29,20 +33,26 @@
 // of it locks or allocates on the data path.
 //
 // Invariants:
-//   - Post never waits for the I/O loop: it appends to a submission
-//     queue under small locks that nothing holds while waiting, so the
-//     engine may call it holding its data-path gate while the loop waits
-//     for that gate inside a StreamResponder call.
+//   - Post never waits for the I/O loop: it posts a small request and
+//     sends it itself if the endpoint's locks are free at once (TryLock,
+//     and a write that takes only what the socket accepts), else appends
+//     it to a submission queue under small locks that nothing holds
+//     while waiting; so the engine may call it holding its data-path
+//     gate while the loop is inside a StreamResponder call.
 //   - Every posted request completes exactly once, in posting order per
 //     QP: from the loop (transport completions), at once inside Post
 //     (unreachable, refused before it was queued), or inside Disconnect
 //     (OutcomeFlushed).
 //   - StreamResponder and Incoming methods are called only from the loop
-//     goroutine, with the endpoint's main lock held; Disconnect (and an
-//     unregister, and Close) wait for such a call in progress, then
-//     release the connection's open Incomings; afterwards none of its
-//     Incomings or its responder is called again. These must therefore
-//     not be called with the engine's gate held.
+//     goroutine, with the endpoint's main lock held, inside the device's
+//     data path entered with TryEnter (the transport's Gate): the loop
+//     never waits for a device, and a packet for a device in a control
+//     change is dropped (Stats.Busy) for its sender to resend. Disconnect
+//     (and an unregister, and Close) wait for such a call in progress,
+//     then release the connection's open Incomings inside Enter, which
+//     may wait for the device; afterwards none of its Incomings or its
+//     responder is called again. These must therefore not be called with
+//     the engine's gate held.
 //   - A packet of another tenant or with the wrong connection id or
 //     token is dropped and counted (Stats); nothing else changes.
 //   - The Completer is called with no lock of this package or the

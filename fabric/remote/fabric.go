@@ -241,8 +241,10 @@ func (f *Fabric) unregister(gid abi.GID, unreg func()) {
 }
 
 // Connect implements fabric.Connector. The first call for a QP (at RTR)
-// makes its transport connection; the second (at RTS, Send set) applies
-// the QP's retry_cnt and rnr_retry. A peer on this host needs nothing.
+// makes its transport connection, which takes the peer's stream from the
+// QP's rq_psn on; the second (at RTS, Send set) starts the QP's own
+// stream at its sq_psn and applies its retry_cnt and rnr_retry. A peer
+// on this host needs nothing.
 func (f *Fabric) Connect(c fabric.Connection) error {
 	f.cmu.Lock()
 	defer f.cmu.Unlock()
@@ -264,13 +266,7 @@ func (f *Fabric) Connect(c fabric.Connection) error {
 		if old.remote != c.Remote || old.tenant != c.Tenant {
 			return fmt.Errorf("remote: connect %v: connected to %v tenant %d: %w", c, old.remote, old.tenant, ErrConnected)
 		}
-		if c.Send {
-			retry, rnr := limits(c)
-			if err := f.ep.SetLimits(old.id, retry, rnr); err != nil {
-				return fmt.Errorf("remote: connect %v: %w", c, err)
-			}
-		}
-		return nil
+		return f.update(old, c)
 	}
 	sr, ok := r.(fabric.StreamResponder)
 	if !ok {
@@ -286,18 +282,24 @@ func (f *Fabric) Connect(c fabric.Connection) error {
 	// MTU's 4096-byte ceiling would halve the payload per packet on a
 	// 9000-byte network. Config.Validate checked the payload is enough.
 	payload := min(f.cfg.Transport.MaxPayload, f.cfg.MTU-f.overhead)
-	id, token := identity(f.cfg.Secret, c.Tenant, c.Remote, c.Local)
+	// Each stream starts at its QPs' PSN and has a token of its own
+	// (ConnIdentity): the peer's from our rq_psn, ours from our sq_psn,
+	// which comes only at RTS. Until then ours waits (SendLater).
+	id, token := identity(f.cfg.Secret, c.Tenant, c.Remote, c.Local, c.RQPSN)
 	tc, err := f.cfg.policies(id)
 	if err != nil {
 		return fmt.Errorf("remote: connect %v: %w", c, err)
 	}
 	tc.Path = rttRecorder{PathSelector: tc.Path, paths: f.rtt}
 	tc.Tenant = c.Tenant
-	tc.LocalConn, tc.LocalToken = id, token
-	tc.RemoteConn, tc.RemoteToken = identity(f.cfg.Secret, c.Tenant, c.Local, c.Remote)
+	tc.LocalConn, tc.LocalToken, tc.RecvPSN = id, token, c.RQPSN
+	tc.RemoteConn, tc.RemoteToken = identity(f.cfg.Secret, c.Tenant, c.Local, c.Remote, c.SQPSN)
 	tc.MaxPayload = payload
 	if c.Send {
+		tc.SendPSN = c.SQPSN
 		tc.RetryLimit, tc.RNRRetry = limits(c)
+	} else {
+		tc.SendLater = true
 	}
 	cn := newConn(f, c, tc.LocalConn, sr)
 	t, err := transport.NewConn(tc, &cn.sink)
@@ -314,6 +316,35 @@ func (f *Fabric) Connect(c fabric.Connection) error {
 	conns[c.Local] = cn
 	f.conns.Store(&conns)
 	f.log.Debug("remote: connected", "conn", c, "peer", peer, "id", tc.LocalConn, "payload", payload)
+	return nil
+}
+
+// update applies a later Connect of a connected QP (c names the same
+// peer and tenant): at RTS the QP's own stream starts at its sq_psn, and
+// its retry limits apply from then on. A stream that has started keeps
+// its PSN: a new sq_psn (SQD to RTS) or rq_psn would need a new
+// incarnation of the connection, which only RESET makes. Called with cmu.
+func (f *Fabric) update(cn *conn, c fabric.Connection) error {
+	if c.RQPSN != cn.rqPSN {
+		f.log.Debug("remote: rq_psn of a connected QP changed: kept", "conn", c, "rq_psn", cn.rqPSN)
+	}
+	if !c.Send {
+		return nil
+	}
+	switch {
+	case !cn.sending:
+		_, token := identity(f.cfg.Secret, c.Tenant, c.Local, c.Remote, c.SQPSN)
+		if err := f.ep.StartSend(cn.id, c.SQPSN, token); err != nil {
+			return fmt.Errorf("remote: connect %v: %w", c, err)
+		}
+		cn.sending, cn.sqPSN = true, c.SQPSN
+	case c.SQPSN != cn.sqPSN:
+		f.log.Debug("remote: sq_psn of a sending QP changed: kept", "conn", c, "sq_psn", cn.sqPSN)
+	}
+	retry, rnr := limits(c)
+	if err := f.ep.SetLimits(cn.id, retry, rnr); err != nil {
+		return fmt.Errorf("remote: connect %v: %w", c, err)
+	}
 	return nil
 }
 
@@ -347,7 +378,9 @@ func (f *Fabric) disconnect(c *conn) {
 // through fabric.Local (completing before Post returns); one elsewhere
 // through the connection of req.Src, which must be connected to req.Dst
 // (else OutcomeUnreachable at once). Post never waits for the I/O loop:
-// it queues the request and the loop completes it later.
+// it sends a small request itself when the endpoint is free
+// (endpoint.Endpoint.Submit), which spares it the loop's wake-up, or
+// queues it; the loop completes it later.
 func (f *Fabric) Post(req *fabric.Request, c fabric.Completer) {
 	if f.isLocal(req.Dst.GID) {
 		f.local.Post(req, c)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +51,39 @@ type dev struct {
 
 	hold chan struct{} // if set, Begin waits for it (stalls the loop)
 	held chan struct{}
+
+	// gate is the device's data path: a test holding it exclusively is a
+	// control change in progress. inside counts the callers in it: every
+	// call of Begin and of an Incoming must come from one (check).
+	gate   sync.RWMutex
+	inside atomic.Int32
+	// onCommit, if set, runs in Commit (inside the data path).
+	onCommit func(*fabric.Request)
+}
+
+func (d *dev) TryEnter() bool {
+	if !d.gate.TryRLock() {
+		return false
+	}
+	d.inside.Add(1)
+	return true
+}
+
+func (d *dev) Enter() {
+	d.gate.RLock()
+	d.inside.Add(1)
+}
+
+func (d *dev) Exit() {
+	d.inside.Add(-1)
+	d.gate.RUnlock()
+}
+
+// check reports a call from outside the device's data path.
+func (d *dev) check(what string) {
+	if d.inside.Load() <= 0 {
+		d.t.Errorf("%s called outside the data path", what)
+	}
 }
 
 type cqe struct {
@@ -85,6 +119,7 @@ func (d *dev) Respond(req *fabric.Request) fabric.Outcome {
 // Begin checks req as a device would and returns an Incoming holding a
 // copy of it (so nothing depends on the fabric keeping req).
 func (d *dev) Begin(req *fabric.Request) (fabric.Incoming, fabric.Outcome) {
+	d.check("Begin")
 	d.mu.Lock()
 	hold, held := d.hold, d.held
 	d.mu.Unlock()
@@ -153,6 +188,7 @@ type incoming struct {
 }
 
 func (in *incoming) Place(off uint64, b []byte) bool {
+	in.d.check("Place")
 	in.d.mu.Lock()
 	defer in.d.mu.Unlock()
 	if in.d.failPlace {
@@ -168,6 +204,10 @@ func (in *incoming) Place(off uint64, b []byte) bool {
 
 func (in *incoming) Commit() fabric.Outcome {
 	d := in.d
+	d.check("Commit")
+	if d.onCommit != nil {
+		d.onCommit(&in.req)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if in.committed || in.released {
@@ -205,6 +245,7 @@ func (in *incoming) Commit() fabric.Outcome {
 func (in *incoming) Value() uint64 { return in.value }
 
 func (in *incoming) ReadAt(p []byte, off uint64) bool {
+	in.d.check("ReadAt")
 	in.d.mu.Lock()
 	defer in.d.mu.Unlock()
 	if off+uint64(len(p)) > uint64(len(in.target)) {
@@ -215,6 +256,7 @@ func (in *incoming) ReadAt(p []byte, off uint64) bool {
 }
 
 func (in *incoming) Release() {
+	in.d.check("Release")
 	in.d.mu.Lock()
 	defer in.d.mu.Unlock()
 	if in.released {
@@ -334,10 +376,21 @@ func pair(t testing.TB, o opts) (a, b *host) {
 }
 
 // connection is QP qa of a connected to QP qb of b, as a's engine
-// describes it.
+// describes it: qa's rq_psn is qb's sq_psn, and its sq_psn (at RTS) is
+// qb's rq_psn.
 func connection(a, b *host, qa, qb uint32, send bool, retry, rnr uint8) fabric.Connection {
-	return fabric.Connection{Local: fabric.Addr{GID: a.gid, QPN: qa}, Remote: fabric.Addr{GID: b.gid, QPN: qb},
-		Tenant: tenant, Send: send, RetryCnt: retry, RNRRetry: rnr, MTU: 1024}
+	c := fabric.Connection{Local: fabric.Addr{GID: a.gid, QPN: qa}, Remote: fabric.Addr{GID: b.gid, QPN: qb},
+		Tenant: tenant, Send: send, RQPSN: sqPSN(b, qb), RetryCnt: retry, RNRRetry: rnr}
+	if send {
+		c.SQPSN = sqPSN(a, qa)
+	}
+	return c
+}
+
+// sqPSN is the sq_psn the tests give QP qpn of h: one per QP, 24 bits,
+// some near the top so that streams cross 2^24.
+func sqPSN(h *host, qpn uint32) uint32 {
+	return (uint32(h.gid[15])<<16 + qpn*7919 + 0xfffe00) & 0xffffff
 }
 
 // connect connects qa and qb both ways, RTR then RTS.

@@ -442,17 +442,21 @@ func TestForgedPackets(t *testing.T) {
 		t.Fatal(err)
 	}
 	src, dst := fabric.Addr{GID: a.gid, QPN: 100}, fabric.Addr{GID: b.gid, QPN: 200}
-	id, token := remote.ConnIdentity(secret, tenant, src, dst)
+	id, token := remote.ConnIdentity(secret, tenant, src, dst, sqPSN(a, 100))
 	d := wire.Data{Op: wire.OpWrite, MSN: 0, Offset: 0, MsgLen: 2000, RKey: memKey, RAddr: 0}
 	payload := bytes.Repeat([]byte{0xee}, 1000)
-	forge(t, b.f.Addr(), wire.Header{Flags: wire.FlagFirst, Tenant: tenant, Conn: id, Token: token ^ 1}, d, payload)
-	forge(t, b.f.Addr(), wire.Header{Flags: wire.FlagFirst, Tenant: tenant + 1, Conn: id, Token: token}, d, payload)
+	first := wire.Header{Flags: wire.FlagFirst, Tenant: tenant, Conn: id, Token: token, PSN: sqPSN(a, 100)}
+	badToken, otherTenant := first, first
+	badToken.Token ^= 1
+	otherTenant.Tenant++
+	forge(t, b.f.Addr(), badToken, d, payload)
+	forge(t, b.f.Addr(), otherTenant, d, payload)
 	waitFor(t, "two foreign packets", func() bool { return b.f.Stats().Foreign == 2 })
 	if begins, _, _, _ := b.dev.snapshot(); begins != 0 {
 		t.Fatalf("%d Begins for forged packets", begins)
 	}
 	// The right identity: half of a WRITE arrives and is begun.
-	forge(t, b.f.Addr(), wire.Header{Flags: wire.FlagFirst, Tenant: tenant, Conn: id, Token: token}, d, payload)
+	forge(t, b.f.Addr(), first, d, payload)
 	waitFor(t, "the first half placed", func() bool {
 		b.dev.mu.Lock()
 		defer b.dev.mu.Unlock()
@@ -710,7 +714,7 @@ func TestResponderRefusals(t *testing.T) {
 // IP and UDP headers, and fills it: the QP's path MTU (an RDMA attribute
 // the guest sets) does not shrink the fabric's packets.
 func TestPacketsFitMTU(t *testing.T) {
-	for _, c := range []struct{ host, path, want int }{{1500, 1024, 1500}, {600, 1024, 600}, {9000, 4096, 9000}, {0, 0, 1500}} {
+	for _, c := range []struct{ host, want int }{{1500, 1500}, {600, 600}, {9000, 9000}, {0, 1500}} {
 		peer, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
 		if err != nil {
 			t.Fatal(err)
@@ -731,7 +735,7 @@ func TestPacketsFitMTU(t *testing.T) {
 		if _, err := f.Register(g, d); err != nil {
 			t.Fatal(err)
 		}
-		conn := fabric.Connection{Local: fabric.Addr{GID: g, QPN: 1}, Remote: fabric.Addr{GID: gidOf("fd00:0:0:2::1"), QPN: 1}, Tenant: 1, MTU: uint32(c.path)}
+		conn := fabric.Connection{Local: fabric.Addr{GID: g, QPN: 1}, Remote: fabric.Addr{GID: gidOf("fd00:0:0:2::1"), QPN: 1}, Tenant: 1, Send: true, RetryCnt: 7, RNRRetry: 7}
 		if err := f.Connect(conn); err != nil {
 			t.Fatal(err)
 		}
@@ -748,7 +752,7 @@ func TestPacketsFitMTU(t *testing.T) {
 			largest = max(largest, n)
 		}
 		if largest+28 != c.want {
-			t.Errorf("MTU %d/%d: largest datagram %d bytes, %d with headers, want %d", c.host, c.path, largest, largest+28, c.want)
+			t.Errorf("MTU %d: largest datagram %d bytes, %d with headers, want %d", c.host, largest, largest+28, c.want)
 		}
 		f.Close()
 		peer.Close()

@@ -28,7 +28,20 @@ type sink struct {
 	pool    []*inbound
 }
 
-var _ transport.Sink = (*sink)(nil)
+var (
+	_ transport.Sink = (*sink)(nil)
+	_ transport.Gate = (*sink)(nil)
+)
+
+// TryEnter implements transport.Gate: the connection enters the local
+// device's data path around every packet and response read that reaches
+// the responder, and drops what the device cannot take now (a control
+// change holds it) rather than wait: the loop serves every device of the
+// host, and a wait for one would stall them all.
+func (s *sink) TryEnter() bool { return s.resp.TryEnter() }
+
+// Exit implements transport.Gate.
+func (s *sink) Exit() { s.resp.Exit() }
 
 // inbound is one request between Begin and its end. req stays put (the
 // responder may keep a pointer to it) until the Incoming is released.
@@ -178,10 +191,16 @@ func (s *sink) end(in *inbound) {
 }
 
 // releaseAll ends every Incoming begun and not committed: the
-// connection is gone. Called once the endpoint no longer calls the sink.
+// connection is gone. Called once the endpoint no longer calls the sink,
+// from a control call (Disconnect), which may wait for the device's
+// data path.
 func (s *sink) releaseAll() {
-	for len(s.open) > 0 {
-		s.end(s.open[len(s.open)-1])
+	if len(s.open) > 0 {
+		s.resp.Enter()
+		for len(s.open) > 0 {
+			s.end(s.open[len(s.open)-1])
+		}
+		s.resp.Exit()
 	}
 	s.pool = nil
 }

@@ -38,6 +38,12 @@ type Stats struct {
 	// receiver-not-ready NAKs received (the peer's QP had no receive
 	// posted, or its device was briefly busy).
 	Retransmits, Timeouts, FastRetransmits, Duplicates, RNRNaks uint64
+	// SpuriousRetransmits: retransmissions the sender found unneeded
+	// (the original was acknowledged after all; transport.Stats).
+	SpuriousRetransmits uint64
+	// Busy: DATA packets dropped unreceived because their device was in
+	// a control change (its data-path gate taken); the peer resends them.
+	Busy uint64
 
 	// Paths are the RTT samples of each path (UDP source port index,
 	// 0..Config.Paths-1) that has any, in path order.
@@ -78,8 +84,8 @@ func (f *Fabric) Stats() Stats {
 		Malformed: st.Malformed, UnknownConn: st.UnknownConn, Foreign: st.Foreign, Refused: st.Refused,
 		DataSent: ct.DataSent, DataReceived: ct.DataReceived,
 		BytesSent: st.PayloadSent, BytesReceived: st.PayloadReceived, BytesPlaced: ct.BytesPlaced,
-		Retransmits: ct.Retransmits, Timeouts: ct.Timeouts, FastRetransmits: ct.FastRetransmits,
-		Duplicates: ct.Duplicates, RNRNaks: ct.RNRNaks,
+		Retransmits: ct.Retransmits, Timeouts: ct.Timeouts, FastRetransmits: ct.FastRetransmits, SpuriousRetransmits: ct.SpuriousRetransmits,
+		Duplicates: ct.Duplicates, RNRNaks: ct.RNRNaks, Busy: ct.Busy,
 	}
 	for i := range f.rtt {
 		if h := f.rtt[i].Snapshot(); h.Count > 0 {

@@ -112,7 +112,7 @@ func TestStatsPerPath(t *testing.T) {
 	a, b := pair(t, opts{paths: paths})
 	var qps [paths]uint32 // a's QP whose connection takes path i
 	for qa, found := uint32(1), 0; found < paths; qa++ {
-		id, _ := remote.ConnIdentity(secret, tenant, fabric.Addr{GID: b.gid, QPN: qa + 1000}, fabric.Addr{GID: a.gid, QPN: qa})
+		id, _ := remote.ConnIdentity(secret, tenant, fabric.Addr{GID: b.gid, QPN: qa + 1000}, fabric.Addr{GID: a.gid, QPN: qa}, 0)
 		if p := id % paths; qps[p] == 0 {
 			qps[p] = qa
 			found++

@@ -128,6 +128,7 @@ type sprayer struct {
 func (s *sprayer) SelectPath(int64, uint32, bool) uint16 { return uint16(s.rng.IntN(s.n)) }
 func (*sprayer) OnAck(int64, uint16, int64)              {}
 func (*sprayer) OnLoss(int64, uint16)                    {}
+func (*sprayer) OnTimeout(int64)                         {}
 
 type discard struct{}
 
@@ -149,6 +150,7 @@ type scenario struct {
 	bufDelay  time.Duration
 	paths     int           // spray over this many (0: one path)
 	dupThresh int           // transport's, 0: default
+	rtoMin    time.Duration // transport's, 0: default
 	warm, end time.Duration // measure over [warm, end)
 }
 
@@ -184,7 +186,8 @@ func (sc scenario) run(t *testing.T, seed uint64) result {
 		res.ctl = append(res.ctl, ctl)
 		recs[i] = &recorder{CongestionControl: ctl, from: int64(sc.warm)}
 		cfg := transport.Config{Tenant: 1, LocalConn: uint32(100 + i), LocalToken: uint64(i + 1), RemoteConn: uint32(200 + i),
-			RemoteToken: uint64(i + 1001), CC: recs[i], DupThresh: sc.dupThresh, ReorderWindow: 500 * time.Microsecond}
+			RemoteToken: uint64(i + 1001), CC: recs[i], DupThresh: sc.dupThresh, ReorderWindow: 500 * time.Microsecond,
+			RTOMin: sc.rtoMin, RTOInit: max(sc.rtoMin, time.Millisecond)}
 		if sc.paths > 0 {
 			cfg.Path = &sprayer{rng: rand.New(rand.NewPCG(seed, uint64(i))), n: sc.paths}
 		}
@@ -367,9 +370,12 @@ func TestSwiftSpraying(t *testing.T) {
 // link stays full, the RTT near the targets, and every flow moves.
 func TestSwiftBelowOnePacket(t *testing.T) {
 	// Starting at one packet each: sixteen windows of 16 would queue 3
-	// ms on this link at once, beyond the initial RTO.
+	// ms on this link at once, beyond the initial RTO. Even sixteen
+	// packets queue 512 µs, beyond the 200 µs minimum RTO that the first
+	// samples, taken before the queue built, set: a minimum RTO of 1 ms
+	// suits a 1 Gb/s link.
 	sc := scenario{flows: 16, cc: cc.Config{Kind: cc.KindSwift, InitCwnd: 1}, link: netsim.Link{Delay: 10 * time.Microsecond},
-		rate: 1e9, msgLen: 4 << 10, warm: 5 * time.Millisecond, end: 30 * time.Millisecond}
+		rate: 1e9, msgLen: 4 << 10, rtoMin: time.Millisecond, warm: 5 * time.Millisecond, end: 30 * time.Millisecond}
 	r := sc.run(t, 4)
 	below := 0
 	lo, hi := int64(1<<62), int64(0)

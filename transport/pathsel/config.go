@@ -58,6 +58,12 @@ type Config struct {
 	// RecycleBuffer is the number of entropies REPS keeps for reuse
 	// (default 8, 1..MaxRecycleBuffer).
 	RecycleBuffer int
+	// FreezeTime: after a retransmission timeout REPS stops exploring
+	// for this long, sending only on the entropies it holds (default
+	// 5 ms: a few RTOs of a loaded fabric, long enough for the
+	// connection to recover on known-good paths while the dead ones are
+	// found; at most 1 s).
+	FreezeTime time.Duration
 }
 
 // withDefaults fills zero fields and validates.
@@ -79,6 +85,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxProbeInterval == 0 {
 		c.MaxProbeInterval = 32 * c.ProbeInterval
 	}
+	if c.FreezeTime == 0 {
+		c.FreezeTime = 5 * time.Millisecond
+	}
 	switch {
 	case c.Kind >= numKinds:
 		return c, fmt.Errorf("pathsel: %v: %w", c.Kind, ErrConfig)
@@ -96,6 +105,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("pathsel: explore every %d decisions: want >= 1: %w", c.Explore, ErrConfig)
 	case c.RecyclePercent < 100 || c.RecyclePercent > 100000:
 		return c, fmt.Errorf("pathsel: recycle threshold %d%% of the minimum RTT outside 100..100000: %w", c.RecyclePercent, ErrConfig)
+	case c.FreezeTime < 0 || c.FreezeTime > time.Second:
+		return c, fmt.Errorf("pathsel: freeze time %v outside 0..1s: %w", c.FreezeTime, ErrConfig)
 	case c.RecycleBuffer < 1 || c.RecycleBuffer > MaxRecycleBuffer:
 		return c, fmt.Errorf("pathsel: recycle buffer of %d outside 1..%d: %w", c.RecycleBuffer, MaxRecycleBuffer, ErrConfig)
 	}

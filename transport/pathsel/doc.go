@@ -15,7 +15,9 @@
 // avoids the path its packet was last sent on (the selector remembers
 // the paths of recent PSNs) and every path that lost a packet since its
 // last ACK, and never probes. With Chunk > 1, one decision covers that
-// many consecutive new packets.
+// many consecutive new packets. A retransmission timeout (OnTimeout)
+// puts REPS in its freeze mode for FreezeTime: it reuses the entropies
+// it holds and explores no new ones.
 //
 // Subpackage simbench runs the selectors over a simulated leaf-spine
 // fabric (transport/netsim) for tests and benchmarks.
@@ -26,8 +28,9 @@
 //     OnAck and OnLoss ignore.
 //   - Deterministic: the same Config (Seed) and the same calls give the
 //     same paths; time is the caller's, never read.
-//   - SelectPath, OnAck and OnLoss allocate nothing and take amortised
-//     O(1) time (BestRTT's reports O(log Paths)); a scan of all paths
-//     happens only when a probe falls due, or when most paths are down.
+//   - SelectPath, OnAck, OnLoss and OnTimeout allocate nothing and take
+//     amortised O(1) time (BestRTT's reports O(log Paths); REPS's frozen
+//     decisions and losses O(RecycleBuffer)); a scan of all paths happens
+//     only when a probe falls due, or when most paths are down.
 //   - Not safe for concurrent use: a selector belongs to one connection.
 package pathsel

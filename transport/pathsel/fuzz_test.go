@@ -11,8 +11,8 @@ import (
 )
 
 // FuzzSelector feeds a selector of any kind and shape an arbitrary
-// sequence of decisions, ACKs (paths out of range, RTTs of any size) and
-// losses, with time going back and forth: it must never panic, always
+// sequence of decisions, ACKs (paths out of range, RTTs of any size),
+// losses and timeouts, with time going back and forth: it must never panic, always
 // choose a path below Paths (Single: its entropy), and keep its count of
 // down paths true.
 func FuzzSelector(f *testing.F) {
@@ -51,7 +51,11 @@ func FuzzSelector(f *testing.F) {
 			case 2:
 				s.OnAck(now, arg%300, int64(b[0])<<(b[1]%64))
 			case 3:
-				s.OnLoss(now, arg%300)
+				if arg%16 == 0 {
+					s.OnTimeout(now)
+				} else {
+					s.OnLoss(now, arg%300)
+				}
 			}
 			down := 0
 			for p := range uint16(cfg.Paths) {

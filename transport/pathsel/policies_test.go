@@ -2,6 +2,7 @@ package pathsel_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/vstellar/vstellar/transport/pathsel"
 )
@@ -169,5 +170,85 @@ func TestREPS(t *testing.T) {
 		if p := s.SelectPath(0, uint32(2000+i), false); p != 60 {
 			t.Fatalf("round %d: picked %d, want the recycled 60", i, p)
 		}
+	}
+}
+
+// TestREPSFreeze: after a retransmission timeout REPS freezes for
+// FreezeTime: it cycles through the entropies it holds, in order,
+// without consuming them and without drawing fresh ones; an entropy that
+// loses a packet leaves; a retransmission skips the path it must avoid.
+// After FreezeTime it explores again: the buffer is consumed, then fresh
+// entropies are drawn. A buffer less than half full does not freeze.
+func TestREPSFreeze(t *testing.T) {
+	const paths = 256
+	freeze := time.Millisecond
+	s := newSel(t, pathsel.Config{Kind: pathsel.REPS, Paths: paths, Seed: 5, RecycleBuffer: 4, FreezeTime: freeze})
+	for _, p := range []uint16{10, 11, 12} {
+		s.OnAck(0, p, 10*us)
+	}
+	at := int64(100 * us)
+	s.OnTimeout(at)
+	psn := uint32(0)
+	next := func(now int64) uint16 {
+		psn++
+		return s.SelectPath(now, psn, false)
+	}
+	for i := range 30 {
+		if p, want := next(at+int64(i)*us), []uint16{10, 11, 12}[i%3]; p != want {
+			t.Fatalf("frozen pick %d: %d, want %d", i, p, want)
+		}
+	}
+	s.OnLoss(at, 11)
+	seen := map[uint16]int{}
+	for range 20 {
+		seen[next(at+50*us)]++
+	}
+	if len(seen) != 2 || seen[10] != 10 || seen[12] != 10 {
+		t.Fatalf("frozen after 11 lost: picked %v, want 10 and 12 in turn", seen)
+	}
+	// A retransmission avoids the path its packet went on.
+	s.SelectPath(at+60*us, 1000, false) // psn 1000 goes on 10 or 12
+	last := s.SelectPath(at+60*us, 1000, false)
+	if p := s.SelectPath(at+61*us, 1000, true); p == last || (p != 10 && p != 12) {
+		t.Fatalf("frozen retransmission of a packet last on %d: %d", last, p)
+	}
+	// Thawed: the two left are consumed, then fresh ones come.
+	thaw := at + int64(freeze)
+	got := []uint16{next(thaw), next(thaw)}
+	if !(got[0] == 10 && got[1] == 12 || got[0] == 12 && got[1] == 10) {
+		t.Fatalf("after the freeze: %v, want the buffer's 10 and 12", got)
+	}
+	fresh := map[uint16]bool{}
+	for range 50 {
+		fresh[next(thaw)] = true
+	}
+	if len(fresh) < 40 {
+		t.Fatalf("after the freeze, 50 decisions took %d distinct paths: not exploring", len(fresh))
+	}
+
+	// Frozen on too little (one entropy in a buffer of four): it
+	// explores rather than pile everything onto that one.
+	s = newSel(t, pathsel.Config{Kind: pathsel.REPS, Paths: paths, Seed: 5, RecycleBuffer: 4, FreezeTime: freeze})
+	s.OnAck(0, 10, 10*us)
+	s.OnTimeout(at)
+	fresh = map[uint16]bool{}
+	for i := range 50 {
+		fresh[s.SelectPath(at, uint32(i), false)] = true
+	}
+	if len(fresh) < 40 {
+		t.Fatalf("frozen on one entropy, 50 decisions took %d distinct paths", len(fresh))
+	}
+
+	// Without a timeout nothing freezes: the same buffer is consumed.
+	s = newSel(t, pathsel.Config{Kind: pathsel.REPS, Paths: paths, Seed: 5, RecycleBuffer: 4, FreezeTime: freeze})
+	for _, p := range []uint16{10, 11, 12} {
+		s.OnAck(0, p, 10*us)
+	}
+	fresh = map[uint16]bool{}
+	for i := range 50 {
+		fresh[s.SelectPath(at, uint32(i), false)] = true
+	}
+	if len(fresh) < 40 {
+		t.Fatalf("unfrozen, 50 decisions took %d distinct paths", len(fresh))
 	}
 }

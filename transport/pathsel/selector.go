@@ -26,6 +26,10 @@ type policy interface {
 	lost(path uint16)
 }
 
+// freezer is a policy that changes course after a retransmission
+// timeout (REPS's freeze mode).
+type freezer interface{ timeout(now int64) }
+
 // Selector is a path selector of any Kind. It implements
 // transport.PathSelector; like the connection that calls it, it is not
 // safe for concurrent use.
@@ -48,6 +52,9 @@ type Selector struct {
 	// Chunk: cur carries left more new packets.
 	cur  uint16
 	left int
+
+	// now is the time of the decision being made (for the policies).
+	now int64
 
 	hist [histSize]uint16 // path of the last transmission of psn%histSize
 }
@@ -117,6 +124,7 @@ func (s *Selector) SelectPath(now int64, psn uint32, retx bool) uint16 {
 	if s.pol == nil {
 		return s.cfg.Entropy
 	}
+	s.now = now
 	avoid := noPath
 	if retx {
 		avoid = int(s.hist[psn%histSize])
@@ -186,6 +194,17 @@ func (s *Selector) OnLoss(now int64, path uint16) {
 		s.ndown++
 	}
 	s.pol.lost(path)
+}
+
+// OnTimeout implements transport.PathSelector. REPS freezes (see
+// reps). The other kinds need nothing more: the timeout declares every
+// packet in flight lost, and each loss, reported to OnLoss, already
+// makes its path suspect (a retransmission avoids it; DownAfter in a row
+// take it down for probing).
+func (s *Selector) OnTimeout(now int64) {
+	if f, ok := s.pol.(freezer); ok {
+		f.timeout(now)
+	}
 }
 
 // probe picks the down path waiting longest for its probe, if one is

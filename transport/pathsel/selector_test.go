@@ -76,6 +76,8 @@ func TestConfigErrors(t *testing.T) {
 		{pathsel.Config{Kind: pathsel.BestRTT, Explore: -1}, "explore"},
 		{pathsel.Config{Kind: pathsel.REPS, RecyclePercent: 99}, "recycle threshold"},
 		{pathsel.Config{Kind: pathsel.REPS, RecycleBuffer: 65}, "recycle buffer"},
+		{pathsel.Config{Kind: pathsel.REPS, FreezeTime: -time.Millisecond}, "freeze time"},
+		{pathsel.Config{Kind: pathsel.REPS, FreezeTime: 2 * time.Second}, "freeze time"},
 	} {
 		_, err := pathsel.New(tc.cfg)
 		if !errors.Is(err, pathsel.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
@@ -421,10 +423,13 @@ func TestAllocations(t *testing.T) {
 			i++
 			now := int64(i) * us
 			p := s.SelectPath(now, i, false)
-			if i%7 == 0 {
+			switch {
+			case i%97 == 0:
+				s.OnTimeout(now)
+			case i%7 == 0:
 				s.OnLoss(now, p)
 				s.SelectPath(now, i, true)
-			} else {
+			default:
 				s.OnAck(now, p, 10*us+int64(i%13)*us)
 			}
 		})

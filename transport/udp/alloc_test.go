@@ -1,8 +1,11 @@
 package udp_test
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/vstellar/vstellar/transport/udp"
 )
@@ -59,6 +62,32 @@ func TestZeroAllocs(t *testing.T) {
 					t.Fatalf("%.2f allocations per batch of 32, want 0", avg)
 				}
 			})
+		}
+	}
+}
+
+// TestDeadlineWakeupAllocs: a ReadBatch that returns because its read
+// deadline passed (how the endpoint's loop wakes up for timers and new
+// work) allocates nothing, and says so with os.ErrDeadlineExceeded.
+func TestDeadlineWakeupAllocs(t *testing.T) {
+	for _, paths := range []int{1, 4} {
+		c := listen(t, udp.Config{Addr: lo4, Paths: paths})
+		msgs := make([]udp.Message, 4)
+		for i := range msgs {
+			msgs[i].Buf = make([]byte, 1500)
+		}
+		past := time.Unix(1, 0)
+		wake := func() {
+			if err := c.SetReadDeadline(past); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := c.ReadBatch(msgs); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("paths %d: ReadBatch past its deadline = %d, %v", paths, n, err)
+			}
+		}
+		wake()
+		if avg := testing.AllocsPerRun(100, wake); avg != 0 {
+			t.Fatalf("paths %d: %.2f allocations per deadline wake-up, want 0", paths, avg)
 		}
 	}
 }

@@ -26,6 +26,10 @@
 // socket only, so WriteBatch issues one system call per run of consecutive
 // messages on the same path. Callers that batch should group by path.
 //
+// TryWriteBatch is WriteBatch for a caller that must not wait (a poster
+// sending its own datagrams while it holds locks others wait on): it
+// sends what the sockets take at once and returns.
+//
 // # Offloads
 //
 // Listen probes UDP_SEGMENT (Linux >= 4.18) and UDP_GRO (>= 5.0). With
@@ -50,14 +54,16 @@
 //   - A datagram is delivered whole or not at all: one longer than the
 //     caller's buffer is dropped and counted (Stats.Truncated), never cut.
 //     GRO never changes datagram boundaries as the caller sees them.
-//   - ReadBatch and WriteBatch allocate nothing in steady state: all
-//     system-call scratch space (headers, iovecs, addresses, control
-//     messages, GRO buffers) is allocated at Listen, and peer addresses are
-//     netip.AddrPort values.
+//   - ReadBatch, WriteBatch and TryWriteBatch allocate nothing in steady
+//     state: all system-call scratch space (headers, iovecs, addresses,
+//     control messages, GRO buffers) is allocated at Listen, and peer
+//     addresses are netip.AddrPort values.
 //   - The Conn keeps no reference to a caller's buffer after a call.
 //   - WriteBatch sends a prefix of its messages, in order, and says how
 //     many; a message it cannot send (bad path, destination of the other
 //     family, N out of range) is an ErrBadMessage, not a partial send.
+//     TryWriteBatch does the same and never waits: for buffer space, or
+//     for another write in progress (it then sends nothing).
 //   - Close (or the end of Listen's context) wakes blocked readers and
 //     writers with net.ErrClosed; no socket fd is used after it is closed.
 //

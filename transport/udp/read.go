@@ -1,8 +1,10 @@
 package udp
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
 	"unsafe"
@@ -65,7 +67,8 @@ func (r *reader) init(c *Conn, maxBatch, paths int) {
 }
 
 // ReadBatch receives datagrams into msgs, blocking until at least one
-// arrives (or the read deadline passes, or the Conn is closed). It returns
+// arrives (or the read deadline passes: os.ErrDeadlineExceeded itself,
+// allocating nothing; or the Conn is closed). It returns
 // how many of msgs it filled: msgs[:n] have Buf[:N], Addr and Path set.
 //
 // A datagram longer than the Buf it would go into is dropped and counted
@@ -93,6 +96,12 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	}
 	if rerr != nil {
 		return 0, c.mapErr(fmt.Errorf("udp: read: %w", rerr))
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) && !c.closed.Load() {
+		// A read deadline is how a caller's loop wakes up (timers,
+		// new work): the sentinel as it is, not a wrapped copy that
+		// would allocate on every wake-up.
+		return 0, os.ErrDeadlineExceeded
 	}
 	if err != nil {
 		return 0, c.mapErr(fmt.Errorf("udp: read: %w", err))

@@ -34,6 +34,9 @@ type writer struct {
 	// In/out of one attempt (fn takes no arguments).
 	fd, nh, pos int
 	err         error
+	// nowait: a full socket buffer ends the call (TryWriteBatch), and
+	// blocked says it did.
+	nowait, blocked bool
 }
 
 func (w *writer) init(c *Conn, maxBatch int) {
@@ -58,6 +61,30 @@ func (c *Conn) WriteBatch(msgs []Message) (int, error) {
 	w := &c.wr
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return c.writeBatch(msgs)
+}
+
+// TryWriteBatch is WriteBatch for a caller that must not wait: it sends
+// msgs[:n] at once and stops before the first message that would wait
+// for socket buffer space, or sends nothing while another WriteBatch or
+// TryWriteBatch is in progress; neither is an error. Its errors are
+// WriteBatch's.
+func (c *Conn) TryWriteBatch(msgs []Message) (n int, err error) {
+	w := &c.wr
+	if !w.mu.TryLock() {
+		return 0, nil
+	}
+	defer w.mu.Unlock()
+	w.nowait = true
+	n, err = c.writeBatch(msgs)
+	w.nowait = false
+	return n, err
+}
+
+// writeBatch is WriteBatch's body. Called with wr.mu.
+func (c *Conn) writeBatch(msgs []Message) (int, error) {
+	w := &c.wr
+	w.blocked = false
 	sent := 0
 	for sent < len(msgs) {
 		if !c.validMessage(&msgs[sent]) {
@@ -71,7 +98,7 @@ func (c *Conn) WriteBatch(msgs []Message) (int, error) {
 		}
 		n, err := w.send(path, msgs[sent:end])
 		sent += n
-		if err != nil {
+		if err != nil || w.blocked {
 			return sent, err
 		}
 	}
@@ -206,6 +233,9 @@ func (w *writer) sendOnce(path int, run []Message, gso bool) (sent int, gsoFaile
 	if werr != nil {
 		return sent, false, c.mapErr(fmt.Errorf("udp: send: %w", werr))
 	}
+	if w.blocked {
+		return sent, false, nil
+	}
 	// A message whose zone did not resolve stopped the headers early.
 	if rest := run[sent:]; len(rest) > 0 && w.pos == h {
 		n, failed, err := w.sendOnce(path, rest, gso)
@@ -215,7 +245,7 @@ func (w *writer) sendOnce(path int, run []Message, gso bool) (sent int, gsoFaile
 }
 
 // attempt sends w.hdrs[w.pos:w.nh]; it returns false (wait for buffer
-// space) on EAGAIN.
+// space) on EAGAIN, or true with blocked set if it must not wait.
 func (w *writer) attempt(uintptr) bool {
 	for w.pos < w.nh {
 		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(w.fd),
@@ -225,6 +255,10 @@ func (w *writer) attempt(uintptr) bool {
 			w.pos += int(n)
 		case unix.EINTR:
 		case unix.EAGAIN:
+			if w.nowait {
+				w.blocked = true
+				return true
+			}
 			return false
 		default:
 			w.err = fmt.Errorf("sendmmsg: %w", e)

@@ -32,7 +32,7 @@ func perr(msg string) *parseError { return &parseError{msg: "wire: malformed pac
 var (
 	errShort    = perr("shorter than the common header")
 	errMagic    = perr("bad magic")
-	errVersion  = &parseError{msg: "wire: unsupported version (want 1)", version: true}
+	errVersion  = &parseError{msg: "wire: unsupported version (want 2)", version: true}
 	errType     = perr("unknown type")
 	errFlags    = perr("unknown flag bits")
 	errAckFlags = perr("FIRST/LAST/SOLICITED flag on an ACK")

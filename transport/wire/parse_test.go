@@ -52,8 +52,8 @@ func TestParseRejects(t *testing.T) {
 	add("magic", raw(t, "SEND", func(b []byte) []byte { b[1] = 0x54; return b }), errMagic)
 	add("magic byte order", raw(t, "SEND", func(b []byte) []byte { b[0], b[1] = 0x53, 0x56; return b }), errMagic)
 	add("version 0", raw(t, "SEND", func(b []byte) []byte { b[2] = 0; return b }), errVersion)
-	add("version 2", raw(t, "ACK NONE", func(b []byte) []byte { b[2] = 2; return b }), errVersion)
-	add("version 2 short", []byte{0x56, 0x53, 2}, errVersion)
+	add("version 1", raw(t, "ACK NONE", func(b []byte) []byte { b[2] = 1; return b }), errVersion)
+	add("version 3 short", []byte{0x56, 0x53, 3}, errVersion)
 	add("type 0", raw(t, "SEND", func(b []byte) []byte { b[3] = 0; return b }), errType)
 	add("type 3", raw(t, "ACK NONE", func(b []byte) []byte { b[3] = 3; return b }), errType)
 	for _, bit := range []uint8{1 << 5, 1 << 6, 1 << 7} {

@@ -2,10 +2,10 @@ package wire
 
 import "strconv"
 
-// Format constants of version 1.
+// Format constants of version 2.
 const (
 	Magic     = 0x5653 // "VS"
-	Version   = 1
+	Version   = 2
 	HeaderLen = 40  // common header
 	DataLen   = 40  // DATA part, before the payload
 	AckLen    = 64  // ACK part

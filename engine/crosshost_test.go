@@ -1,0 +1,132 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vstellar/vstellar/engine/enginetest"
+	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/transport"
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// crossHosts starts two cross-host fabrics on loopback that know each
+// other: the first serves the guests whose names start with "a", the
+// second those with "b" (enginetest derives a guest's GID from its name).
+func crossHosts(t *testing.T) (fa, fb *remote.Fabric) {
+	t.Helper()
+	prefix := func(c string) netip.Prefix {
+		var g [16]byte
+		copy(g[:], "fe80::"+c)
+		return netip.PrefixFrom(netip.AddrFrom16(g), 56)
+	}
+	secret := []byte("engine-crosshost-secret")
+	fs := make([]*remote.Fabric, 2)
+	for i, c := range []string{"a", "b"} {
+		// Timeouts of 5 ms at least: the retry budget of a QP whose
+		// packets are dropped outlasts the test's control change, however
+		// loaded the machine is.
+		f, err := remote.New(remote.Config{Listen: netip.MustParseAddrPort("127.0.0.1:0"), GIDPrefix: prefix(c), Secret: secret,
+			Transport: transport.Config{RTOInit: 5 * time.Millisecond, RTOMin: 5 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f.Run(context.Background())
+		}()
+		t.Cleanup(func() {
+			f.Close()
+			<-done
+		})
+		fs[i] = f
+	}
+	for i, c := range []string{"b", "a"} {
+		if err := fs[i].SetPeers([]remote.Peer{{GIDPrefix: prefix(c), Addr: fs[1-i].Addr()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fs[0], fs[1]
+}
+
+// TestCrossHostControlChangeStallsOnlyItsDevice: two hosts joined by
+// the cross-host fabric, two devices on each, a QP pair between a1 and
+// b1 and one between a2 and b2. While a control change of b1 holds its
+// gate (SetMemory, held in its quiesced section), a2's WRITEs to b2
+// complete: the fabric's loop on b's host does not wait for b1. a1's
+// WRITE to b1, sent meanwhile, is dropped there and completes, once and
+// with the right bytes, after the change.
+func TestCrossHostControlChangeStallsOnlyItsDevice(t *testing.T) {
+	fa, fb := crossHosts(t)
+	conn := enginetest.ConnOpts{Access: abi.AccessAll, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1, Timeout: 14}
+	type side struct {
+		g  *enginetest.Guest
+		cq *enginetest.CQ
+		qp *enginetest.QP
+	}
+	mk := func(f *remote.Fabric, name string) side {
+		g := enginetest.NewGuest(t, f, name, enginetest.Options{RAM: 32 << 20})
+		cq := g.CreateCQ(64)
+		return side{g, cq, g.CreateQP(pd, cq, cq, enginetest.QPOpts{})}
+	}
+	a1, a2, b1, b2 := mk(fa, "a1"), mk(fa, "a2"), mk(fb, "b1"), mk(fb, "b2")
+	enginetest.Connect(a1.qp, b1.qp, conn)
+	enginetest.Connect(a2.qp, b2.qp, conn)
+	const n = 64 << 10
+	write := func(from, to side, wrid uint64, src, dst enginetest.Buf) {
+		from.qp.PostSend(abi.SendWQE{WRID: wrid, Opcode: abi.WRRDMAWrite, Flags: abi.SendSignaled, RemoteAddr: dst.GPA, RKey: dst.Key},
+			[]abi.SGE{src.SGE(0, n)}, nil)
+	}
+
+	// b1's control change, held until release.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b1.g.Eng.SetQuiet(func() {
+		once.Do(func() { close(entered) })
+		<-release
+	})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
+	changed := make(chan error, 1)
+	go func() { changed <- b1.g.Eng.SetMemory(b1.g.Mem) }()
+	<-entered
+	held := time.Now()
+
+	src1, dst1 := a1.g.NewBuf(pd, 0, n), b1.g.NewBuf(pd, abi.AccessAll, n)
+	fill(src1.Bytes(), 1)
+	write(a1, b1, 1, src1, dst1)
+
+	src2, dst2 := a2.g.NewBuf(pd, 0, n), b2.g.NewBuf(pd, abi.AccessAll, 8*n)
+	fill(src2.Bytes(), 2)
+	for i := range 8 {
+		write(a2, b2, uint64(10+i), src2, enginetest.Buf{GPA: dst2.GPA + uint64(i)*n, Len: n, Key: dst2.Key})
+		expect(t, a2.cq.Wait(), uint64(10+i), abi.WCSuccess, abi.WCRDMAWrite)
+	}
+	during := time.Since(held)
+	for i := range 8 {
+		if !bytes.Equal(dst2.Bytes()[i*n:(i+1)*n], src2.Bytes()) {
+			t.Fatalf("WRITE %d to b2 landed wrong", i)
+		}
+	}
+	a1.cq.ExpectNone(5 * time.Millisecond)
+	busy := fb.Stats().Busy
+	if busy == 0 {
+		t.Fatal("b1's packets were not dropped as busy")
+	}
+	t.Logf("8 x 64 KiB a2 -> b2 in %v while b1 was held; %d packets to b1 dropped as busy", during, busy)
+
+	releaseOnce()
+	if err := <-changed; err != nil {
+		t.Fatal(err)
+	}
+	expect(t, a1.cq.Wait(), 1, abi.WCSuccess, abi.WCRDMAWrite)
+	if !bytes.Equal(dst1.Bytes(), src1.Bytes()) {
+		t.Fatal("the WRITE to b1 landed wrong")
+	}
+	a1.cq.ExpectNone(5 * time.Millisecond)
+}

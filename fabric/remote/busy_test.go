@@ -1,0 +1,135 @@
+package remote_test
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/transport"
+)
+
+// patient connections time out after 5 ms at least, so that the peers'
+// retry budgets outlast the tests' control changes however loaded the
+// machine is (each drop costs the peer a timeout).
+var patient = opts{transport: transport.Config{RTOInit: 5 * time.Millisecond, RTOMin: 5 * time.Millisecond}}
+
+// TestBusyDeviceStallsOnlyItself: while a control change holds one
+// device's data path, the loop, which serves every device of the host,
+// does not wait for it: another device's WRITEs and READs complete
+// meanwhile, the held device's packets are dropped and counted (Busy),
+// none of its responder's methods is called, and once the change ends its
+// WRITE completes, exactly once and with the right bytes.
+func TestBusyDeviceStallsOnlyItself(t *testing.T) {
+	a, b := pair(t, patient)
+	free := &host{f: b.f, dev: newDev(t, 1<<20), gid: gidOf("fd00:0:0:2::21")}
+	if _, err := b.f.Register(free.gid, free.dev); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, a, b, 1, 2, 7, 7)    // to the device that will be held
+	connect(t, a, free, 3, 4, 7, 7) // to the other
+
+	b.dev.gate.Lock() // a control change of b's first device begins
+	release := sync.OnceFunc(b.dev.gate.Unlock)
+	t.Cleanup(release) // before the hosts close, if the test fails
+	held := time.Now()
+	const n = 64 << 10
+	v, src := buffer(t, n)
+	fill(src, 1)
+	wHeld := newWaiter()
+	r := request(a, b, 1, 2, fabric.OpWrite)
+	r.Len, r.Local = n, v
+	a.f.Post(r, wHeld)
+
+	// The other device's traffic goes on: 16 WRITEs, then a READ back.
+	w := newWaiter()
+	vf, srcf := buffer(t, n)
+	fill(srcf, 2)
+	for i := range 16 {
+		r := request(a, free, 3, 4, fabric.OpWrite)
+		r.Len, r.Local, r.RemoteAddr = n, vf, uint64(i)*n
+		a.f.Post(r, w)
+		if res := w.next(t, 2*time.Second); res.o != fabric.OutcomeOK {
+			t.Fatalf("WRITE %d to the free device: %v", i, res.o)
+		}
+	}
+	vr, back := buffer(t, n)
+	rd := request(a, free, 3, 4, fabric.OpRead)
+	rd.Len, rd.Local, rd.RemoteAddr = n, vr, 15*n
+	a.f.Post(rd, w)
+	if res := w.next(t, 2*time.Second); res.o != fabric.OutcomeOK || !bytes.Equal(back, srcf) {
+		t.Fatalf("READ from the free device: %v", res.o)
+	}
+	during := time.Since(held)
+	wHeld.none(t, 20*time.Millisecond)
+	st := b.f.Stats()
+	if st.Busy == 0 {
+		t.Fatal("no packet of the held device was dropped as busy")
+	}
+	if begins, _, _, _ := b.dev.snapshot(); begins != 0 {
+		t.Fatalf("the held device's responder was called %d times", begins)
+	}
+	t.Logf("1 MiB to the free device and 64 KiB back in %v while the other was held; %d packets dropped as busy", during, st.Busy)
+
+	release()
+	if res := wHeld.next(t, 2*time.Second); res.o != fabric.OutcomeOK {
+		t.Fatalf("WRITE to the held device after the change: %v", res.o)
+	}
+	b.dev.mu.Lock()
+	landed := bytes.Equal(b.dev.mem[:n], src)
+	b.dev.mu.Unlock()
+	if !landed {
+		t.Fatal("the held device's WRITE landed wrong")
+	}
+	wHeld.none(t, 10*time.Millisecond)
+}
+
+// TestBusyResponse: a control change that begins after a READ was
+// committed holds back its response (which reads the device's memory)
+// until it ends, without stalling the loop; the READ then completes with
+// the right bytes.
+func TestBusyResponse(t *testing.T) {
+	a, b := pair(t, patient)
+	const n = 32 << 10
+	b.dev.mu.Lock()
+	fill(b.dev.mem[:n], 7)
+	want := bytes.Clone(b.dev.mem[:n])
+	b.dev.mu.Unlock()
+	locked := make(chan struct{})
+	release := sync.OnceFunc(b.dev.gate.Unlock)
+	t.Cleanup(func() {
+		select {
+		case <-locked:
+			release()
+		default:
+		}
+	})
+	b.dev.onCommit = func(req *fabric.Request) {
+		if req.Op != fabric.OpRead {
+			return
+		}
+		// A control change comes while the READ commits: it waits for
+		// the loop to leave the data path, and new entries fail from now.
+		go func() {
+			b.dev.gate.Lock()
+			close(locked)
+		}()
+		time.Sleep(5 * time.Millisecond)
+	}
+	connect(t, a, b, 1, 2, 7, 7)
+	w := newWaiter()
+	v, got := buffer(t, n)
+	rd := request(a, b, 1, 2, fabric.OpRead)
+	rd.Len, rd.Local = n, v
+	a.f.Post(rd, w)
+	<-locked
+	w.none(t, 10*time.Millisecond)
+	if st := b.f.Stats(); st.BytesSent != 0 {
+		t.Fatalf("%d response bytes sent while the device was held", st.BytesSent)
+	}
+	release()
+	if res := w.next(t, 2*time.Second); res.o != fabric.OutcomeOK || !bytes.Equal(got, want) {
+		t.Fatalf("READ after the change: %v", res.o)
+	}
+}

@@ -1,0 +1,237 @@
+package transport
+
+import "github.com/vstellar/vstellar/transport/wire"
+
+// Loss detection that tolerates reordering (selective repeat).
+//
+// Spraying a connection's packets over paths of different delays
+// reorders them by the paths' RTT spread, which on a loaded fabric is
+// the difference of its queues: at 250 Mb/s one 9000-byte frame queued
+// is 290 µs. A fixed reordering window either declares late packets lost
+// (spurious retransmissions, each also a congestion signal for nothing)
+// or finds real losses late. So, as RACK-TLP (RFC 8985) and Linux's
+// reordering degree do, the sender learns the reordering it sees:
+//
+//   - Time rule: a packet sent before an acknowledged one is lost once it
+//     is older than the smoothed RTT plus the reordering window, and
+//     older than the longest a reordered packet (a first transmission
+//     acknowledged after one sent later) recently took to be acknowledged
+//     plus a quarter of the window. Only reordered packets count: one
+//     acknowledged in order was never at risk of the rule, however long
+//     it took. "Recently" is a windowed maximum over reorderMemory
+//     smoothed RTTs, so the threshold follows the paths' current spread
+//     and forgets an old one. The quarter window above the observed
+//     maximum covers what was not observed; more would also delay the
+//     detection of real losses, a black-holed path's included. The
+//     window is ReorderWindow times a multiplier (RACK's reo_wnd_mult;
+//     the product at most the smoothed RTT) that grows by one, at most
+//     once per RTT, when a loss proves spurious, and returns to 1 after
+//     reorderPersist loss episodes without one.
+//   - Count rule: a first transmission is lost once DupThresh later
+//     packets are acknowledged, or more than the most later packets
+//     recently acknowledged before an earlier one that then arrived.
+//   - Spurious: a retransmitted packet whose first acknowledgement echoes
+//     its original's timestamp (every packet's timestamp is unique within
+//     its connection), or comes sooner after the retransmission than the
+//     minimum RTT (RFC 8985, step 2), was delivered the first time: the
+//     retransmission is counted (Stats.SpuriousRetransmits) and the rule
+//     that declared the loss learns from it.
+//
+// Everything is a function of the packets and the times the connection
+// is given: deterministic, sans-IO. Go-back-N and ReorderFixed keep the
+// configured thresholds.
+
+// ReorderMode is how loss detection (selective repeat) treats reordering.
+type ReorderMode uint8
+
+const (
+	// ReorderAdaptive (the default) learns the reordering the
+	// connection sees: DupThresh and ReorderWindow are floors.
+	ReorderAdaptive ReorderMode = iota
+	// ReorderFixed uses DupThresh and ReorderWindow as they are: the
+	// baseline adaptive detection is measured against.
+	ReorderFixed
+)
+
+const (
+	// reorderMemory: the windowed maxima span this many smoothed RTTs.
+	reorderMemory = 16
+	// reorderMaxMult bounds the reordering window's multiplier.
+	reorderMaxMult = 16
+	// reorderPersist: loss episodes without a spurious one before the
+	// multiplier returns to 1 (RFC 8985's reo_wnd_persist).
+	reorderPersist = 16
+)
+
+// Why a packet was declared lost.
+const (
+	lostByCount uint8 = iota + 1
+	lostByTime
+	lostByTimeout
+)
+
+// maxSample is one sample of a windowedMax.
+type maxSample struct{ t, v int64 }
+
+// windowedMax is Kathleen Nichols' windowed maximum filter, as BBR uses
+// it: the largest sample of the last win ns, in constant space. It keeps
+// the best sample, the best since it, and the best since that, so when
+// the best ages out the next best is at hand.
+type windowedMax struct{ s [3]maxSample }
+
+// update adds sample v taken at t.
+func (m *windowedMax) update(win, t, v int64) {
+	x := maxSample{t, v}
+	if v >= m.s[0].v || t-m.s[2].t > win {
+		m.s = [3]maxSample{x, x, x}
+		return
+	}
+	switch {
+	case v >= m.s[1].v:
+		m.s[1], m.s[2] = x, x
+	case v >= m.s[2].v:
+		m.s[2] = x
+	}
+	// Age the candidates: the best may have left the window; a later one
+	// that is still a copy of it is refreshed after a quarter (half) of
+	// the window, so there is always a runner-up from later on.
+	switch dt := t - m.s[0].t; {
+	case dt > win:
+		m.s[0], m.s[1], m.s[2] = m.s[1], m.s[2], x
+		if t-m.s[0].t > win {
+			m.s[0], m.s[1] = m.s[1], m.s[2]
+		}
+	case m.s[1] == m.s[0] && dt > win/4:
+		m.s[1], m.s[2] = x, x
+	case m.s[2] == m.s[1] && dt > win/2:
+		m.s[2] = x
+	}
+}
+
+// get is the largest sample taken within win of now (0: none).
+func (m *windowedMax) get(now, win int64) int64 {
+	for _, s := range m.s {
+		if now-s.t <= win {
+			return s.v
+		}
+	}
+	return 0
+}
+
+// reorder is what a sender learned of its connection's reordering.
+type reorder struct {
+	age     windowedMax // how long reordered first transmissions took to be acknowledged (ns)
+	degree  windowedMax // later packets acknowledged before an earlier one
+	mult    int64       // the reordering window's multiplier (0 until a spurious loss: 1)
+	persist int         // loss episodes left before mult returns to 1
+	bumped  int64       // when mult last grew
+	episode int64       // when the current loss episode began (0: none yet)
+	minRTT  int64       // the smallest RTT sample (ns; 0: none yet)
+}
+
+// memory is the span of the windowed maxima (ns).
+func (s *sender) memory() int64 {
+	if s.srtt == 0 {
+		return reorderMemory * dur(s.cfg.RTOInit)
+	}
+	return reorderMemory * s.srtt
+}
+
+// adaptive reports whether loss detection learns from reordering.
+func (s *sender) adaptive() bool {
+	return s.cfg.Recovery == Selective && s.cfg.Reordering == ReorderAdaptive
+}
+
+// lossAge is how old a packet sent before an acknowledged one must be,
+// at now, to be declared lost by time.
+func (s *sender) lossAge(now int64) int64 {
+	base := dur(s.cfg.ReorderWindow)
+	if !s.adaptive() {
+		return s.srtt + base
+	}
+	extra := min(base*max(s.ro.mult, 1), max(base, s.srtt))
+	return max(s.srtt+extra, s.ro.age.get(now, s.memory())+extra/4)
+}
+
+// dupThresh is how many later packets acknowledged make a first
+// transmission lost, at now.
+func (s *sender) dupThresh(now int64) uint32 {
+	n := uint32(s.cfg.DupThresh)
+	if s.adaptive() {
+		n = max(n, uint32(s.ro.degree.get(now, s.memory()))+1)
+	}
+	return n
+}
+
+// learnAcked learns from first transmission p (psn) acknowledged at now,
+// if it was reordered: how long it took, and how many later packets
+// were acknowledged before it. A packet that had been declared lost (and
+// not yet resent) proves the loss spurious.
+func (s *sender) learnAcked(now int64, psn uint32, p *txPkt) {
+	win := s.memory()
+	if p.sentAt < s.rackSentAt {
+		s.ro.age.update(win, now, now-p.sentAt)
+	}
+	if s.haveHigh && wire.SeqLess(psn, s.highAcked) {
+		s.ro.degree.update(win, now, int64(s.highAcked-psn))
+	}
+	if p.state == pktLost {
+		s.spurious(now, p.lostBy)
+	}
+}
+
+// checkSpurious decides, at now, whether retransmitted packet p (psn),
+// newly acknowledged by an ACK echoing echo, was delivered the first
+// time, and if so counts and learns from it.
+func (s *sender) checkSpurious(c *Conn, now int64, psn uint32, p *txPkt, echo int64) {
+	original := echo != 0 && echo == p.firstTS
+	if !original && (s.ro.minRTT == 0 || now-p.sentAt >= s.ro.minRTT) {
+		return
+	}
+	c.st.SpuriousRetransmits++
+	if !s.adaptive() {
+		return
+	}
+	if p.tx == 2 {
+		// The acknowledgement is the original's: it took this long, and
+		// this many later packets were acknowledged before it.
+		win := s.memory()
+		s.ro.age.update(win, now, now-p.firstTS)
+		if s.haveHigh && wire.SeqLess(psn, s.highAcked) {
+			s.ro.degree.update(win, now, int64(s.highAcked-psn))
+		}
+	}
+	s.spurious(now, p.lostBy)
+}
+
+// spurious widens the reordering window after a loss declared by rule
+// why proved spurious: at most once per RTT (RFC 8985 §6.2, step 4).
+func (s *sender) spurious(now int64, why uint8) {
+	if why != lostByTime && why != lostByCount {
+		return // a timeout's: the RTO, not the reordering window, fired
+	}
+	s.ro.persist = reorderPersist
+	if s.ro.mult == 0 {
+		s.ro.mult = 1
+	}
+	if s.ro.bumped == 0 || now-s.ro.bumped >= s.srtt {
+		s.ro.mult = min(s.ro.mult+1, reorderMaxMult)
+		s.ro.bumped = now
+	}
+}
+
+// lossEpisode counts, at now, a loss declared by SACK or time: the
+// first of an RTT starts an episode, and reorderPersist episodes without
+// a spurious loss return the multiplier to 1.
+func (s *sender) lossEpisode(now int64) {
+	if s.ro.episode != 0 && now-s.ro.episode < s.srtt {
+		return
+	}
+	s.ro.episode = now
+	if s.ro.persist > 0 {
+		s.ro.persist--
+		if s.ro.persist == 0 {
+			s.ro.mult = 1
+		}
+	}
+}
