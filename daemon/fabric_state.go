@@ -43,6 +43,11 @@ type FabricCounters struct {
 	Timeouts        uint64 `json:"timeouts"`
 	Duplicates      uint64 `json:"duplicates"`
 	RNRNaks         uint64 `json:"rnr_naks"`
+	// Spurious: retransmissions found unneeded (the first copy arrived).
+	Spurious uint64 `json:"spurious_retransmits"`
+	// Busy: DATA packets dropped unreceived because their device was in a
+	// control change; their senders resend them.
+	Busy uint64 `json:"device_busy_drops"`
 }
 
 // PathState is one path of GET /v1/host/paths: its UDP source port and
@@ -80,7 +85,8 @@ func (m *Manager) fabricState() *FabricState {
 			Foreign: st.Foreign, Refused: st.Refused,
 			DataSent: st.DataSent, DataReceived: st.DataReceived, BytesSent: st.BytesSent,
 			BytesReceived: st.BytesReceived, BytesPlaced: st.BytesPlaced, Retransmits: st.Retransmits,
-			FastRetransmits: st.FastRetransmits, Timeouts: st.Timeouts, Duplicates: st.Duplicates, RNRNaks: st.RNRNaks},
+			FastRetransmits: st.FastRetransmits, Timeouts: st.Timeouts, Duplicates: st.Duplicates, RNRNaks: st.RNRNaks,
+			Spurious: st.SpuriousRetransmits, Busy: st.Busy},
 	}
 }
 

@@ -34,6 +34,7 @@ type Collector struct {
 	fabricConns, fabricSent, fabricReceived, fabricSendErrors *prometheus.Desc
 	fabricDropped                                             *prometheus.Desc
 	fabricRetransmits, fabricTimeouts, fabricPathRTT          *prometheus.Desc
+	fabricSpurious                                            *prometheus.Desc
 }
 
 // deviceMetric is a per-device metric read from a device's state.
@@ -67,10 +68,12 @@ func New(src Source) *Collector {
 		fabricReceived:   desc("fabric_datagrams_received_total", "Datagrams the fabric received."),
 		fabricSendErrors: desc("fabric_send_errors_total", "Datagrams the kernel would not send."),
 		fabricDropped: desc("fabric_dropped_datagrams_total",
-			"Datagrams received and dropped, by reason: malformed, unknown_connection, foreign (wrong tenant or token: forged or misdirected), invalid (contradicting the connection's state).", "reason"),
+			"Datagrams received and dropped, by reason: malformed, unknown_connection, foreign (wrong tenant or token: forged or misdirected), invalid (contradicting the connection's state), device_busy (data for a device in a control change, resent by its sender).", "reason"),
 		fabricRetransmits: desc("fabric_retransmits_total", "Data packets sent again."),
-		fabricTimeouts:    desc("fabric_timeouts_total", "Retransmission timeouts."),
-		fabricPathRTT:     desc("fabric_path_rtt_seconds", "Round-trip times measured on each path (UDP source port index).", "path"),
+		fabricSpurious: desc("fabric_spurious_retransmits_total",
+			"Retransmissions the sender found unneeded: the first copy was delivered (reordering taken for loss)."),
+		fabricTimeouts: desc("fabric_timeouts_total", "Retransmission timeouts."),
+		fabricPathRTT:  desc("fabric_path_rtt_seconds", "Round-trip times measured on each path (UDP source port index).", "path"),
 	}
 	counter, gauge := prometheus.CounterValue, prometheus.GaugeValue
 	add := func(name, help string, typ prometheus.ValueType, v func(s *daemon.DeviceState) float64) {
@@ -113,7 +116,7 @@ func New(src Source) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.devices, c.connected, c.info, c.hostPinned, c.hostBudget, c.pinDuration,
 		c.commandDuration, c.fabricConns, c.fabricSent, c.fabricReceived, c.fabricSendErrors, c.fabricDropped,
-		c.fabricRetransmits, c.fabricTimeouts, c.fabricPathRTT} {
+		c.fabricRetransmits, c.fabricTimeouts, c.fabricPathRTT, c.fabricSpurious} {
 		ch <- d
 	}
 	for _, m := range c.perDevice {
@@ -170,7 +173,9 @@ func (c *Collector) collectFabric(ch chan<- prometheus.Metric, st remote.Stats) 
 	counter(c.fabricDropped, st.UnknownConn, "unknown_connection")
 	counter(c.fabricDropped, st.Foreign, "foreign")
 	counter(c.fabricDropped, st.Refused-st.Foreign, "invalid")
+	counter(c.fabricDropped, st.Busy, "device_busy")
 	counter(c.fabricRetransmits, st.Retransmits)
+	counter(c.fabricSpurious, st.SpuriousRetransmits)
 	counter(c.fabricTimeouts, st.Timeouts)
 	for _, p := range st.Paths {
 		ch <- histogram(c.fabricPathRTT, p.RTT, strconv.Itoa(p.Path))

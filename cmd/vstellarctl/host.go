@@ -57,10 +57,10 @@ func (c *cli) hostStatus(ctx context.Context) error {
 	kv.add("connections", s.Connections)
 	kv.add("datagrams", fmt.Sprintf("%d sent (%d send errors), %d received", s.Sent, s.SendErrors, s.Received))
 	kv.add("payload", fmt.Sprintf("%s sent, %s received, %s placed", bytesIEC(s.BytesSent), bytesIEC(s.BytesReceived), bytesIEC(s.BytesPlaced)))
-	kv.add("retransmits", fmt.Sprintf("%d (%d fast, %d timeouts), %d duplicates received, %d RNR NAKs",
-		s.Retransmits, s.FastRetransmits, s.Timeouts, s.Duplicates, s.RNRNaks))
-	kv.add("dropped", fmt.Sprintf("%d malformed, %d unknown connection, %d foreign, %d invalid",
-		s.Malformed, s.UnknownConn, s.Foreign, s.Refused-s.Foreign))
+	kv.add("retransmits", fmt.Sprintf("%d (%d fast, %d timeouts, %d found spurious), %d duplicates received, %d RNR NAKs",
+		s.Retransmits, s.FastRetransmits, s.Timeouts, s.Spurious, s.Duplicates, s.RNRNaks))
+	kv.add("dropped", fmt.Sprintf("%d malformed, %d unknown connection, %d foreign, %d invalid, %d while the device was busy",
+		s.Malformed, s.UnknownConn, s.Foreign, s.Refused-s.Foreign, s.Busy))
 	return kv.flush()
 }
 
