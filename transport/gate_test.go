@@ -132,8 +132,8 @@ func TestBusySink(t *testing.T) {
 }
 
 // pump moves packets both ways at now until neither side has anything
-// to send, counting the DATA packets each sends.
-func pump(t *testing.T, now int64, a, b *side, data map[*side]int) {
+// to send, showing each to seen (with its sender) before it is received.
+func pump(t *testing.T, now int64, a, b *side, seen func(from *side, pkt []byte)) {
 	t.Helper()
 	buf := make([]byte, 1<<16)
 	for moved := true; moved; {
@@ -145,11 +145,18 @@ func pump(t *testing.T, now int64, a, b *side, data map[*side]int) {
 					break
 				}
 				moved = true
-				if len(pkt) > 3 && wire.Type(pkt[3]) == wire.TypeData {
-					data[pr[0]]++
-				}
+				seen(pr[0], pkt)
 				pr[1].ep.Receive(now, pkt)
 			}
+		}
+	}
+}
+
+// countData is a pump observer that counts each side's DATA packets.
+func countData(data map[*side]int) func(*side, []byte) {
+	return func(from *side, pkt []byte) {
+		if len(pkt) > 3 && wire.Type(pkt[3]) == wire.TypeData {
+			data[from]++
 		}
 	}
 }
@@ -178,7 +185,7 @@ func TestBusySinkResponse(t *testing.T) {
 	a.nextMSN++
 	data := map[*side]int{}
 	now := int64(1000)
-	pump(t, now, a, b, data)
+	pump(t, now, a, b, countData(data))
 	if data[a] != 1 || data[b] != 0 || b.sink.commits != 1 {
 		t.Fatalf("DATA packets a %d, b %d, commits %d: want the request only, committed", data[a], data[b], b.sink.commits)
 	}
@@ -190,14 +197,14 @@ func TestBusySinkResponse(t *testing.T) {
 	}
 	now += int64(time.Millisecond)
 	b.ep.c.HandleTimeout(now)
-	pump(t, now, a, b, data) // still busy
+	pump(t, now, a, b, countData(data)) // still busy
 	if data[b] != 0 {
 		t.Fatalf("%d response packets sent while busy", data[b])
 	}
 	busy = false
 	now += int64(time.Millisecond)
 	b.ep.c.HandleTimeout(now)
-	pump(t, now, a, b, data)
+	pump(t, now, a, b, countData(data))
 	a.collect(t) // checks the bytes
 	if a.done != 1 || a.statuses[transport.StatusOK] != 1 || data[b] != 5 {
 		t.Fatalf("statuses %v after %d response packets", a.statuses, data[b])
@@ -242,29 +249,17 @@ func TestStreamsStartAtPSNs(t *testing.T) {
 	post(transport.Message{Op: wire.OpReadReq, Len: 3000, RAddr: roBase + 7, Dst: bytesDst(dst)}, dst)
 
 	// Move packets both ways until quiet, noting each side's DATA psns.
-	buf := make([]byte, 1<<16)
 	var p wire.Packet
 	psns := map[*side][]uint32{}
 	exchange := func(now int64) {
-		for moved := true; moved; {
-			moved = false
-			for _, pr := range [][2]*side{{a, b}, {b, a}} {
-				for {
-					pkt, _, ok := pr[0].ep.c.Transmit(now, buf)
-					if !ok {
-						break
-					}
-					moved = true
-					if err := wire.Parse(pkt, &p); err != nil {
-						t.Fatal(err)
-					}
-					if p.Type == wire.TypeData {
-						psns[pr[0]] = append(psns[pr[0]], p.PSN)
-					}
-					pr[1].ep.Receive(1000, pkt)
-				}
+		pump(t, now, a, b, func(from *side, pkt []byte) {
+			if err := wire.Parse(pkt, &p); err != nil {
+				t.Fatal(err)
 			}
-		}
+			if p.Type == wire.TypeData {
+				psns[from] = append(psns[from], p.PSN)
+			}
+		})
 		a.collect(t)
 	}
 	exchange(1000)
