@@ -179,7 +179,7 @@ func (m *Manager) startDevice(ctx context.Context, spec DeviceSpec) (*device, er
 	if err := checkSocketPath(path); err != nil { // before building anything
 		return nil, fmt.Errorf("device %q: %w", spec.Name, err)
 	}
-	inst, err := m.factory(ctx, spec, m.shared, log)
+	inst, err := m.factory(ctx, spec, m.shared, m.log)
 	if err != nil {
 		return nil, fmt.Errorf("device %q: %w", spec.Name, err)
 	}

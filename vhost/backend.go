@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Options configure a Backend.
@@ -126,7 +128,12 @@ func (b *Backend) Shutdown(ctx context.Context) {
 		return
 	}
 	s.markNeedsReset()
-	if err := s.sendConfigChange(ctx); err != nil && !errors.Is(err, ErrNotNegotiated) {
+	switch err := s.sendConfigChange(ctx); {
+	case err == nil, errors.Is(err, ErrNotNegotiated):
+	case errors.Is(err, unix.EPIPE), errors.Is(err, unix.ECONNRESET):
+		// The front-end hung up first: there is no one to tell.
+		b.log.Debug("shutdown notice not delivered: the front-end is gone", "err", err)
+	default:
 		b.log.Warn("shutdown notice not delivered", "err", err)
 	}
 	s.conn.close()
