@@ -15,11 +15,7 @@ import (
 )
 
 func TestAttachDetach(t *testing.T) {
-	noLeaks(t)
-	dir := tempDir(t)
-	srv := startQMP(t, dir, qmptest.Options{})
-	be := startBackend(t, filepath.Join(dir, "vm1.sock"))
-	c := dialT(t, srv.Path(), Options{})
+	srv, be, c := rig(t, qmptest.Options{}, Options{})
 	if v := c.Version(); v.String() != "10.2.0" || !v.AtLeast(10, 2) || v.AtLeast(10, 3) {
 		t.Fatalf("version %v", v)
 	}
@@ -68,11 +64,7 @@ func TestAttachDetach(t *testing.T) {
 }
 
 func TestAttachRefusedRollsBack(t *testing.T) {
-	noLeaks(t)
-	dir := tempDir(t)
-	srv := startQMP(t, dir, qmptest.Options{})
-	be := startBackend(t, filepath.Join(dir, "vm1.sock"))
-	c := dialT(t, srv.Path(), Options{})
+	srv, be, c := rig(t, qmptest.Options{}, Options{})
 	srv.SetFaults(qmptest.Faults{Commands: map[string]qmptest.Fault{
 		"device_add": {Kind: qmptest.Refuse, Class: "GenericError", Desc: "vhost_backend_init failed: Protocol error"},
 	}})
@@ -130,11 +122,7 @@ func TestAttachHints(t *testing.T) {
 // A chardev-add QEMU refuses added nothing: the chardev of that id, if
 // there is one, is someone else's and stays.
 func TestAttachChardevRefusedChangesNothing(t *testing.T) {
-	noLeaks(t)
-	dir := tempDir(t)
-	srv := startQMP(t, dir, qmptest.Options{})
-	be := startBackend(t, filepath.Join(dir, "vm1.sock"))
-	c := dialT(t, srv.Path(), Options{})
+	srv, be, c := rig(t, qmptest.Options{}, Options{})
 	if _, err := c.Attach(context.Background(), Spec{ID: "vst0", Socket: be.path, Bus: "rp0"}); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +135,7 @@ func TestAttachChardevRefusedChangesNothing(t *testing.T) {
 		t.Fatalf("state changed: %+v %+v", srv.Chardevs(), srv.Devices())
 	}
 
-	_, err = c.Attach(context.Background(), Spec{ID: "vst1", Socket: filepath.Join(dir, "none.sock"), Bus: "rp1"})
+	_, err = c.Attach(context.Background(), Spec{ID: "vst1", Socket: filepath.Join(filepath.Dir(be.path), "none.sock"), Bus: "rp1"})
 	if se := asStep(t, err); se.Step != "chardev-add" || !strings.Contains(err.Error(), "Failed to connect to") ||
 		!strings.Contains(err.Error(), "No such file or directory") || len(srv.Chardevs()) != 1 {
 		t.Fatalf("error %v", err)
@@ -183,11 +171,7 @@ func TestAttachInvalidSpecSendsNothing(t *testing.T) {
 }
 
 func TestAttachUnnumberedBridge(t *testing.T) {
-	noLeaks(t)
-	dir := tempDir(t)
-	srv := startQMP(t, dir, qmptest.Options{Unnumbered: true})
-	be := startBackend(t, filepath.Join(dir, "vm1.sock"))
-	c := dialT(t, srv.Path(), Options{})
+	srv, be, c := rig(t, qmptest.Options{Unnumbered: true}, Options{})
 	a, err := c.Attach(context.Background(), Spec{ID: "vst0", Socket: be.path, Bus: "rp1"})
 	if err != nil {
 		t.Fatal(err)
@@ -201,11 +185,7 @@ func TestAttachUnnumberedBridge(t *testing.T) {
 }
 
 func TestAttachRootBus(t *testing.T) {
-	noLeaks(t)
-	dir := tempDir(t)
-	srv := startQMP(t, dir, qmptest.Options{RootHotplug: true})
-	be := startBackend(t, filepath.Join(dir, "vm1.sock"))
-	c := dialT(t, srv.Path(), Options{})
+	srv, be, c := rig(t, qmptest.Options{RootHotplug: true}, Options{})
 	var wg sync.WaitGroup
 	got := make([]Attached, 3)
 	errs := make([]error, 3)
@@ -239,11 +219,7 @@ func TestAttachRootBus(t *testing.T) {
 func TestAttachNoReplyRollsBackOnNewConnection(t *testing.T) {
 	for _, executed := range []bool{true, false} {
 		t.Run(map[bool]string{true: "device-added", false: "device-not-added"}[executed], func(t *testing.T) {
-			noLeaks(t)
-			dir := tempDir(t)
-			srv := startQMP(t, dir, qmptest.Options{})
-			be := startBackend(t, filepath.Join(dir, "vm1.sock"))
-			c := dialT(t, srv.Path(), Options{CommandTimeout: 300 * time.Millisecond})
+			srv, be, c := rig(t, qmptest.Options{}, Options{CommandTimeout: 300 * time.Millisecond})
 			srv.SetFaults(qmptest.Faults{Commands: map[string]qmptest.Fault{"device_add": {Kind: qmptest.Silent, Execute: executed}}})
 			start := time.Now()
 			_, err := c.Attach(context.Background(), Spec{ID: "vst0", Socket: be.path, Bus: "rp0"})
@@ -272,11 +248,7 @@ func TestAttachNoReplyRollsBackOnNewConnection(t *testing.T) {
 }
 
 func TestDetachWaitsForGuest(t *testing.T) {
-	noLeaks(t)
-	dir := tempDir(t)
-	srv := startQMP(t, dir, qmptest.Options{})
-	be := startBackend(t, filepath.Join(dir, "vm1.sock"))
-	c := dialT(t, srv.Path(), Options{UnplugTimeout: 300 * time.Millisecond})
+	srv, be, c := rig(t, qmptest.Options{}, Options{UnplugTimeout: 300 * time.Millisecond})
 	if _, err := c.Attach(context.Background(), Spec{ID: "vst0", Socket: be.path, Bus: "rp0"}); err != nil {
 		t.Fatal(err)
 	}
@@ -304,11 +276,7 @@ func TestDetachWaitsForGuest(t *testing.T) {
 // QEMU may send DEVICE_DELETED before device_del's reply: Detach
 // listens before it sends.
 func TestDetachEventBeforeReply(t *testing.T) {
-	noLeaks(t)
-	dir := tempDir(t)
-	srv := startQMP(t, dir, qmptest.Options{DeleteDelay: time.Nanosecond})
-	be := startBackend(t, filepath.Join(dir, "vm1.sock"))
-	c := dialT(t, srv.Path(), Options{UnplugTimeout: 5 * time.Second})
+	_, be, c := rig(t, qmptest.Options{DeleteDelay: time.Nanosecond}, Options{UnplugTimeout: 5 * time.Second})
 	for i := 0; i < 20; i++ {
 		if _, err := c.Attach(context.Background(), Spec{ID: "vst0", Socket: be.path, Bus: "rp0"}); err != nil {
 			t.Fatal(err)
@@ -320,11 +288,7 @@ func TestDetachEventBeforeReply(t *testing.T) {
 }
 
 func TestDetachRefusals(t *testing.T) {
-	noLeaks(t)
-	dir := tempDir(t)
-	srv := startQMP(t, dir, qmptest.Options{})
-	be := startBackend(t, filepath.Join(dir, "vm1.sock"))
-	c := dialT(t, srv.Path(), Options{})
+	srv, be, c := rig(t, qmptest.Options{}, Options{})
 	ctx := context.Background()
 
 	// Not a vhost-user device: refused, nothing changed.
@@ -356,11 +320,7 @@ func TestDetachRefusals(t *testing.T) {
 }
 
 func TestCloseDuringAttach(t *testing.T) {
-	noLeaks(t)
-	dir := tempDir(t)
-	srv := startQMP(t, dir, qmptest.Options{})
-	be := startBackend(t, filepath.Join(dir, "vm1.sock"))
-	c := dialT(t, srv.Path(), Options{CommandTimeout: time.Minute})
+	srv, be, c := rig(t, qmptest.Options{}, Options{CommandTimeout: time.Minute})
 	srv.SetFaults(qmptest.Faults{Commands: map[string]qmptest.Fault{"device_add": {Kind: qmptest.Silent}}})
 	done := make(chan error, 1)
 	go func() {
@@ -383,11 +343,7 @@ func TestCloseDuringAttach(t *testing.T) {
 }
 
 func TestAttachContextCancelled(t *testing.T) {
-	noLeaks(t)
-	dir := tempDir(t)
-	srv := startQMP(t, dir, qmptest.Options{})
-	be := startBackend(t, filepath.Join(dir, "vm1.sock"))
-	c := dialT(t, srv.Path(), Options{CommandTimeout: time.Minute})
+	srv, be, c := rig(t, qmptest.Options{}, Options{CommandTimeout: time.Minute})
 	srv.SetFaults(qmptest.Faults{Commands: map[string]qmptest.Fault{"query-pci": {Kind: qmptest.Silent, Execute: true}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {

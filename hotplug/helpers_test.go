@@ -149,6 +149,18 @@ func dialT(t *testing.T, path string, opts Options) *Client {
 }
 
 // asStep returns err as a *StepError or fails.
+// rig is most tests' start: no leaks afterwards, a fake QEMU with qo in
+// a directory of its own, a vhost-user back-end socket beside it, and a
+// client connected with o.
+func rig(t *testing.T, qo qmptest.Options, o Options) (*qmptest.Server, *backend, *Client) {
+	t.Helper()
+	noLeaks(t)
+	dir := tempDir(t)
+	srv := startQMP(t, dir, qo)
+	be := startBackend(t, filepath.Join(dir, "vm1.sock"))
+	return srv, be, dialT(t, srv.Path(), o)
+}
+
 func asStep(t *testing.T, err error) *StepError {
 	t.Helper()
 	var se *StepError
