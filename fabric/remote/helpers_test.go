@@ -344,6 +344,13 @@ func newHost(t testing.TB, prefix, gid string, o opts) *host {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startHost(t, f, gid)
+}
+
+// startHost registers a device of 1 MiB at gid on f and runs f until the
+// test ends.
+func startHost(t testing.TB, f *remote.Fabric, gid string) *host {
+	t.Helper()
 	h := &host{f: f, dev: newDev(t, 1<<20), gid: gidOf(gid)}
 	if _, err := f.Register(h.gid, h.dev); err != nil {
 		t.Fatal(err)

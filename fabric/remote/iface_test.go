@@ -55,21 +55,7 @@ func ifaceHost(t *testing.T, h *netlab.Host, prefix, gid string) *host {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	x := &host{f: f, dev: newDev(t, 1<<20), gid: gidOf(gid)}
-	if _, err := f.Register(x.gid, x.dev); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- f.Run(context.Background()) }()
-	t.Cleanup(func() {
-		if err := f.Close(); err != nil {
-			t.Error(err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return x
+	return startHost(t, f, gid)
 }
 
 // TestInterfaceBinding: two hosts in two namespaces, each fabric given
