@@ -57,13 +57,17 @@ func lookup(sum map[string]float64, key string) (float64, error) {
 // num formats a summary value for a verdict: 4 significant digits.
 func num(v float64) string { return fmt.Sprintf("%.4g", v) }
 
+// explained is a goal's text with what explains it, if anything.
+func explained(text, what string) string {
+	if what == "" {
+		return text
+	}
+	return text + " (" + what + ")"
+}
+
 // compare is a goal key <op> limit; what explains it (may be empty).
 func compare(key, op string, limit float64, what string, ok func(v float64) bool) goal {
-	text := fmt.Sprintf("%s %s %s", key, op, num(limit))
-	if what != "" {
-		text += " (" + what + ")"
-	}
-	return goal{text: text, check: func(sum map[string]float64) (bool, string, error) {
+	return goal{text: explained(fmt.Sprintf("%s %s %s", key, op, num(limit)), what), check: func(sum map[string]float64) (bool, string, error) {
 		v, err := lookup(sum, key)
 		if err != nil {
 			return false, "", err
@@ -87,20 +91,13 @@ func below(key string, limit float64, what string) goal {
 // within is lo <= key <= hi.
 func within(key string, lo, hi float64, what string) goal {
 	g := compare(key, "in", 0, what, func(v float64) bool { return v >= lo && v <= hi })
-	g.text = fmt.Sprintf("%s <= %s <= %s", num(lo), key, num(hi))
-	if what != "" {
-		g.text += " (" + what + ")"
-	}
+	g.text = explained(fmt.Sprintf("%s <= %s <= %s", num(lo), key, num(hi)), what)
 	return g
 }
 
 // fractionOf is key <= f x other: key clearly below another figure.
 func fractionOf(key string, f float64, other, what string) goal {
-	text := fmt.Sprintf("%s <= %s x %s", key, num(f), other)
-	if what != "" {
-		text += " (" + what + ")"
-	}
-	return goal{text: text, check: func(sum map[string]float64) (bool, string, error) {
+	return goal{text: explained(fmt.Sprintf("%s <= %s x %s", key, num(f), other), what), check: func(sum map[string]float64) (bool, string, error) {
 		v, err := lookup(sum, key)
 		if err != nil {
 			return false, "", err
