@@ -230,7 +230,7 @@ func (t *Table) Rebind(mem *guestmem.Table) (invalidated int) {
 		nr := *r
 		nr.segs, nr.entries, nr.hold = nil, nil, pvdma.Hold{}
 		if !r.valid || nr.bind(mem, t.pins) != nil {
-			nr.segs, nr.one, nr.entries, nr.valid = nil, [1]segment{}, nil, false
+			nr.segs, nr.one, nr.entries, nr.valid, nr.multi, nr.pinned = nil, [1]segment{}, nil, false, false, false
 			invalidated++
 		} else if t.pins != nil && t.pins.Mode() == pvdma.ModeAtRegMR {
 			// Pinned again where it now lives; if the budget says no,
