@@ -120,8 +120,8 @@ func TestCrossHostVerbs(t *testing.T) {
 	if ga, gb := va.Driver.GID(), vb.Driver.GID(); ga[7] != 1 || gb[7] != 2 {
 		t.Fatalf("GIDs %x and %x are not in the hosts' prefixes", ga, gb)
 	}
-	a.connect(t, ctx, b, guestdriver.DefaultRCConnect(vb.Driver.GID(), b.qp.Num()))
-	b.connect(t, ctx, a, guestdriver.DefaultRCConnect(va.Driver.GID(), a.qp.Num()))
+	a.connect(t, ctx, b, a.qp.DefaultRCConnect(b.qp.Endpoint()))
+	b.connect(t, ctx, a, b.qp.DefaultRCConnect(a.qp.Endpoint()))
 
 	// SEND gathered from two SGEs into a posted receive.
 	fill(a.buf.Bytes()[:8192], 1)
@@ -227,8 +227,8 @@ func TestCrossHostTenantMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := newXend(t, ctx, va), newXend(t, ctx, vb)
-	a.connect(t, ctx, b, fastConn(vb.Driver.GID(), b.qp.Num()))
-	b.connect(t, ctx, a, fastConn(va.Driver.GID(), a.qp.Num()))
+	a.connect(t, ctx, b, fastConn(a.qp, b.qp.Endpoint()))
+	b.connect(t, ctx, a, fastConn(b.qp, a.qp.Endpoint()))
 	before := bytes.Clone(b.buf.Bytes()[:4096])
 	wc := a.post(t, guestdriver.SendWR{WRID: 1, Opcode: abi.WRRDMAWrite, Signaled: true,
 		SGL: []abi.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
@@ -316,10 +316,10 @@ func TestCrossHostPeerKilled(t *testing.T) {
 	vmB, drvB := bootVM(t, sock, 64<<20)
 	a := newXend(t, ctx, va)
 	b := newXend(t, ctx, &hostsim.VM{Name: "kb", VM: vmB, Driver: drvB})
-	c := guestdriver.DefaultRCConnect(drvB.GID(), b.qp.Num())
+	c := a.qp.DefaultRCConnect(b.qp.Endpoint())
 	c.Timeout, c.RetryCnt = 10, 3 // 4 ms timeouts, 3 retries
 	a.connect(t, ctx, b, c)
-	b.connect(t, ctx, a, guestdriver.DefaultRCConnect(va.Driver.GID(), a.qp.Num()))
+	b.connect(t, ctx, a, b.qp.DefaultRCConnect(a.qp.Endpoint()))
 	wc := a.post(t, guestdriver.SendWR{WRID: 1, Opcode: abi.WRRDMAWrite, Signaled: true,
 		SGL: []abi.SGE{a.mr.SGE(0, 1<<20)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 	checkWC(t, "WRITE before the kill", wc, 1, abi.WRRDMAWrite, abi.WCSuccess)

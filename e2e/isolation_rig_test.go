@@ -257,10 +257,10 @@ func wantStatus(t *testing.T, what string, err error, want abi.Status) {
 	}
 }
 
-// fastConn connects to (gid, qpn) with one transport retry after a ~1 ms
+// fastConn connects qp to peer with one transport retry after a ~1 ms
 // timeout and one RNR retry, so an unanswered request fails in a few ms.
-func fastConn(gid abi.GID, qpn uint32) guestdriver.RCConnect {
-	c := guestdriver.DefaultRCConnect(gid, qpn)
+func fastConn(qp *guestdriver.QP, peer guestdriver.Endpoint) guestdriver.RCConnect {
+	c := qp.DefaultRCConnect(peer)
 	c.Timeout, c.RetryCnt, c.RNRRetry, c.MinRNRTimer = 1, 1, 1, 1
 	return c
 }
@@ -304,10 +304,10 @@ func (r *isoRig) pair(t *testing.T, x *hostsim.VM, xpd *guestdriver.PD, y *hosts
 	t.Helper()
 	xq, xcq := r.qpOn(t, x, xpd)
 	yq, ycq := r.qpOn(t, y, ypd)
-	if err := xq.Connect(r.ctx, fastConn(y.Driver.GID(), yq.Num())); err != nil {
+	if err := xq.Connect(r.ctx, fastConn(xq, yq.Endpoint())); err != nil {
 		t.Fatalf("%s: %v", x.Name, err)
 	}
-	if err := yq.Connect(r.ctx, fastConn(x.Driver.GID(), xq.Num())); err != nil {
+	if err := yq.Connect(r.ctx, fastConn(yq, xq.Endpoint())); err != nil {
 		t.Fatalf("%s: %v", y.Name, err)
 	}
 	return conn{x, xq, xcq}, conn{y, yq, ycq}

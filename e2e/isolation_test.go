@@ -801,7 +801,7 @@ func (r *isoRig) thirdQP(t *testing.T) {
 	tv := &r.tr.v
 	for i, op := range []abi.WROpcode{abi.WRRDMAWrite, abi.WRSend, abi.WRRDMARead, abi.WRAtomicFetchAdd} {
 		aq, acq := r.qpOn(t, r.a, r.aPD)
-		if err := aq.Connect(r.ctx, fastConn(r.v.Driver.GID(), tv.qp.Num())); err != nil {
+		if err := aq.Connect(r.ctx, fastConn(aq, tv.qp.Endpoint())); err != nil {
 			t.Fatal(err)
 		}
 		wr := guestdriver.SendWR{WRID: uint64(i), Opcode: op, SGL: []abi.SGE{r.aMR.SGE(24<<10, 64)},

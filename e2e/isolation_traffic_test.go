@@ -77,10 +77,10 @@ func (r *isoRig) startTraffic(t *testing.T) *traffic {
 	setup(&tr.b, r.b, bPD, r.alloc(t, r.b, trafficLen))
 	// B's traffic is not attacked; a default connection is what a
 	// well-behaved guest uses.
-	if err := tr.v.qp.ConnectTo(r.ctx, r.b.Driver.GID(), tr.b.qp.Num()); err != nil {
+	if err := tr.v.qp.ConnectTo(r.ctx, tr.b.qp.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.b.qp.ConnectTo(r.ctx, r.v.Driver.GID(), tr.v.qp.Num()); err != nil {
+	if err := tr.b.qp.ConnectTo(r.ctx, tr.v.qp.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
 	go tr.run()

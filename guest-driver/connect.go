@@ -7,9 +7,25 @@ import (
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
+// Endpoint is what two RC QPs exchange out of band before they connect
+// (over TCP, a job launcher, a shared file: the application's choice), as
+// libibverbs applications exchange LID/GID, QPN and PSN: the device's GID,
+// the QP's number and its first send PSN.
+type Endpoint struct {
+	GID abi.GID
+	QPN uint32
+	PSN uint32
+}
+
+// Endpoint is this QP's end of a connection, named by the device's GID
+// (index 0).
+func (qp *QP) Endpoint() Endpoint {
+	return Endpoint{GID: qp.pd.d.GID(), QPN: qp.qpn, PSN: qp.psn}
+}
+
 // RCConnect is the far end of an RC connection and the parameters of the
 // path to it: what Connect puts into the three MODIFY_QPs. Start from
-// DefaultRCConnect.
+// QP.DefaultRCConnect.
 type RCConnect struct {
 	// GID and QPN name the peer QP.
 	GID abi.GID
@@ -35,22 +51,24 @@ type RCConnect struct {
 	RetryCnt, RNRRetry, MinRNRTimer uint8
 }
 
-// DefaultRCConnect returns the usual parameters for a peer: MTU 4096,
-// every remote access, PSNs 0, 16 outstanding READs/atomics, timeout 14
-// (67 ms), 7 retries, infinite RNR retry with a 640 us RNR timer.
-func DefaultRCConnect(gid abi.GID, qpn uint32) RCConnect {
+// DefaultRCConnect returns the usual parameters for connecting qp to
+// peer: the QP's own PSN and the peer's, MTU 4096, every remote access,
+// 16 outstanding READs/atomics, timeout 14 (67 ms), 7 retries, infinite
+// RNR retry with a 640 us RNR timer.
+func (qp *QP) DefaultRCConnect(peer Endpoint) RCConnect {
 	return RCConnect{
-		GID: gid, QPN: qpn, MTU: abi.MTU4096,
-		Access:      abi.AccessLocalWrite | abi.AccessRemoteWrite | abi.AccessRemoteRead | abi.AccessRemoteAtomic,
+		GID: peer.GID, QPN: peer.QPN, MTU: abi.MTU4096,
+		Access: abi.AccessLocalWrite | abi.AccessRemoteWrite | abi.AccessRemoteRead | abi.AccessRemoteAtomic,
+		SQPSN:  qp.psn, RQPSN: peer.PSN,
 		MaxRdAtomic: 16, MaxDestRdAtomic: 16,
 		Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12,
 	}
 }
 
-// ConnectTo brings an RC QP in RESET to RTS against the peer QP qpn of
-// the device holding gid, with DefaultRCConnect's parameters.
-func (qp *QP) ConnectTo(ctx context.Context, gid abi.GID, qpn uint32) error {
-	return qp.Connect(ctx, DefaultRCConnect(gid, qpn))
+// ConnectTo brings an RC QP in RESET to RTS against peer, with
+// DefaultRCConnect's parameters.
+func (qp *QP) ConnectTo(ctx context.Context, peer Endpoint) error {
+	return qp.Connect(ctx, qp.DefaultRCConnect(peer))
 }
 
 // Connect brings an RC QP in RESET through INIT and RTR to RTS against

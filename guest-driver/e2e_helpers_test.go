@@ -49,10 +49,10 @@ func newPair(t *testing.T, o endOpts) (a, b *end) {
 	b = newEnd(t, t.Name()+"-b", fab, o)
 	if !o.noConn {
 		ctx := testCtx(t)
-		if err := a.qp.ConnectTo(ctx, b.d.GID(), b.qp.Num()); err != nil {
+		if err := a.qp.ConnectTo(ctx, b.qp.Endpoint()); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.qp.ConnectTo(ctx, a.d.GID(), a.qp.Num()); err != nil {
+		if err := b.qp.ConnectTo(ctx, a.qp.Endpoint()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -471,10 +471,10 @@ func TestE2EBadRKeyAndFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c2.ConnectTo(ctx, d.d.GID(), d2.Num()); err != nil {
+	if err := c2.ConnectTo(ctx, d2.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	if err := d2.ConnectTo(ctx, c.d.GID(), c2.Num()); err != nil {
+	if err := d2.ConnectTo(ctx, c2.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
 	if err := c2.PostSend(SendWR{WRID: 8, Opcode: abi.WRRDMAWrite, Inline: []byte("ok"), Signaled: true,
@@ -609,10 +609,10 @@ func TestE2EReopenDropsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a2.ConnectTo(ctx, nd.GID(), b2.qp.Num()); err != nil {
+	if err := a2.ConnectTo(ctx, b2.qp.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b2.qp.ConnectTo(ctx, a.d.GID(), a2.Num()); err != nil {
+	if err := b2.qp.ConnectTo(ctx, a2.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
 	if err := a2.PostSend(SendWR{WRID: 3, Opcode: abi.WRRDMAWrite, Inline: []byte("again"), Signaled: true,
@@ -677,10 +677,10 @@ func TestE2ECQOverflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := qp.ConnectTo(ctx, b.d.GID(), b.qp.Num()); err != nil {
+	if err := qp.ConnectTo(ctx, b.qp.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.qp.ConnectTo(ctx, a.d.GID(), qp.Num()); err != nil {
+	if err := b.qp.ConnectTo(ctx, qp.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
 	if err := small.ReqNotify(false); err != nil {
@@ -715,10 +715,10 @@ func TestE2ECQOverflow(t *testing.T) {
 	}
 	// Another QP and CQ of the same device are unaffected.
 	c := newEnd(t, t.Name()+"-c", fab, endOpts{cap: defaultCap})
-	if err := a.qp.ConnectTo(ctx, c.d.GID(), c.qp.Num()); err != nil {
+	if err := a.qp.ConnectTo(ctx, c.qp.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.qp.ConnectTo(ctx, a.d.GID(), a.qp.Num()); err != nil {
+	if err := c.qp.ConnectTo(ctx, a.qp.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.qp.PostSend(SendWR{WRID: 9, Opcode: abi.WRRDMAWrite, Inline: []byte("fine"), Signaled: true,
@@ -756,10 +756,10 @@ func TestE2EResetRestartsCounters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := a.qp.ConnectTo(ctx, b.d.GID(), b.qp.Num()); err != nil {
+	if err := a.qp.ConnectTo(ctx, b.qp.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.qp.ConnectTo(ctx, a.d.GID(), a.qp.Num()); err != nil {
+	if err := b.qp.ConnectTo(ctx, a.qp.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
 	recvs(8, 200)

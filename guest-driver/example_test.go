@@ -65,8 +65,8 @@ func Example() {
 
 	// Exchange GID and QP number (out of band, as over a socket), then
 	// bring both QPs to RTS.
-	check(a.qp.ConnectTo(ctx, b.dev.GID(), b.qp.Num()))
-	check(b.qp.ConnectTo(ctx, a.dev.GID(), a.qp.Num()))
+	check(a.qp.ConnectTo(ctx, b.qp.Endpoint()))
+	check(b.qp.ConnectTo(ctx, a.qp.Endpoint()))
 
 	msg := "hello from VM a"
 	copy(a.buf.Bytes(), msg)

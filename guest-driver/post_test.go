@@ -663,7 +663,7 @@ func TestHostileCreateResponses(t *testing.T) {
 func TestConnectTransitions(t *testing.T) {
 	f := newFakeQP(t, QPCap{SQSize: 4, RQSize: 4})
 	peer := NodeGID(0x0200_1122_3344_5566)
-	if err := f.qp.ConnectTo(context.Background(), peer, 77); err != nil {
+	if err := f.qp.ConnectTo(context.Background(), Endpoint{GID: peer, QPN: 77, PSN: 0xabcdef}); err != nil {
 		t.Fatal(err)
 	}
 	reqs := f.fd.requests(abi.OpModifyQP)
@@ -683,10 +683,11 @@ func TestConnectTransitions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
-		if next == abi.QPStateRTR && (m.Attr.DestQPN != 77 || m.Attr.AH.DGID != peer || m.Attr.PathMTU != abi.MTU4096 || m.Attr.AH.Port != 1) {
+		if next == abi.QPStateRTR && (m.Attr.DestQPN != 77 || m.Attr.AH.DGID != peer || m.Attr.RQPSN != 0xabcdef ||
+			m.Attr.PathMTU != abi.MTU4096 || m.Attr.AH.Port != 1) {
 			t.Fatalf("RTR attrs %+v", m.Attr)
 		}
-		if next == abi.QPStateRTS && (m.Attr.RetryCnt != 7 || m.Attr.RNRRetry != 7 || m.Attr.Timeout == 0) {
+		if next == abi.QPStateRTS && (m.Attr.SQPSN != f.qp.PSN() || m.Attr.RetryCnt != 7 || m.Attr.RNRRetry != 7 || m.Attr.Timeout == 0) {
 			t.Fatalf("RTS attrs %+v", m.Attr)
 		}
 		state = next
@@ -696,6 +697,28 @@ func TestConnectTransitions(t *testing.T) {
 	}
 	if g := NodeGID(0x0211223344556677); g != (abi.GID{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77}) {
 		t.Fatalf("NodeGID %x", g)
+	}
+}
+
+// Every QP draws its own first send PSN: 24 bits, and not the same for
+// QPs created one after another (a reused QP number starts a new packet
+// stream). Two pairs of 8 draws would have to collide for the test to
+// fail by chance (about 1 in 10^11).
+func TestQPsDrawTheirPSNs(t *testing.T) {
+	seen := map[uint32]bool{}
+	for range 8 {
+		f := newFakeQP(t, QPCap{SQSize: 4, RQSize: 4})
+		p := f.qp.PSN()
+		if p >= 1<<24 {
+			t.Fatalf("PSN %#x is not 24 bits", p)
+		}
+		if e := f.qp.Endpoint(); e.PSN != p || e.QPN != f.qp.Num() {
+			t.Fatalf("Endpoint %+v, QP %d PSN %#x", e, f.qp.Num(), p)
+		}
+		seen[p] = true
+	}
+	if len(seen) < 7 {
+		t.Fatalf("8 QPs drew %d distinct PSNs", len(seen))
 	}
 }
 

@@ -3,6 +3,7 @@ package guestdriver
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 
 	"github.com/vstellar/vstellar/guestmem"
@@ -37,6 +38,7 @@ type QP struct {
 	pd     *PD
 	qpn    uint32
 	typ    abi.QPType
+	psn    uint32 // first send PSN, drawn at creation
 	inline uint32
 	sendCQ *CQ
 	recvCQ *CQ
@@ -125,7 +127,7 @@ func (pd *PD) CreateQP(ctx context.Context, init QPInit) (*QP, error) {
 		return nil, fmt.Errorf("guestdriver: QP %d: %w", r.QPN, err)
 	}
 	qp := &QP{
-		pd: pd, qpn: r.QPN, typ: init.Type, inline: c.MaxInline, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
+		pd: pd, qpn: r.QPN, typ: init.Type, psn: randomPSN(), inline: c.MaxInline, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
 		db: db, rec: rec,
 		sq: workQueue{ring: sq, size: sqSize, stride: sqStride, maxSGE: c.MaxSendSGE,
 			prodOff: abi.QPDoorbellOffSQProd, consOff: abi.QPDoorbellOffSQCons},
@@ -145,6 +147,17 @@ func (qp *QP) maxInline() uint32 { return qp.inline }
 
 // Num is the QP number the device assigned.
 func (qp *QP) Num() uint32 { return qp.qpn }
+
+// PSN is the QP's first send PSN: drawn at random when the QP is created
+// (24 bits), as libibverbs applications draw theirs, so that a QP number
+// reused for a new connection starts a new packet stream whose packets
+// and tokens the old one's stragglers do not match (docs/wire.md).
+func (qp *QP) PSN() uint32 { return qp.psn }
+
+// randomPSN draws a 24-bit PSN from math/rand/v2's generator (ChaCha8,
+// seeded from the OS): unpredictable enough for a sequence number, which
+// authenticates nothing (the connection token does).
+func randomPSN() uint32 { return rand.Uint32() & (1<<24 - 1) }
 
 // Type is the QP's transport type.
 func (qp *QP) Type() abi.QPType { return qp.typ }

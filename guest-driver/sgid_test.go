@@ -56,18 +56,18 @@ func TestSourceGIDIsChecked(t *testing.T) {
 		return vm, s
 	}
 	va, a := mk("sgid-a")
-	vb, b := mk("sgid-b")
+	_, b := mk("sgid-b")
 	alias := abi.GID{0xfd, 0x00, 0x5e, 0x11, 15: 0x0a}
 	if err := va.Driver.AddGID(ctx, 3, alias); err != nil {
 		t.Fatal(err)
 	}
-	ca := guestdriver.DefaultRCConnect(vb.Driver.GID(), b.qp.Num())
+	ca := a.qp.DefaultRCConnect(b.qp.Endpoint())
 	ca.SGIDIndex, ca.Timeout, ca.RetryCnt = 3, 8, 1
 	if err := a.qp.Connect(ctx, ca); err != nil {
 		t.Fatal(err)
 	}
 	// b knows a by its alias, not by a's GID 0.
-	if err := b.qp.ConnectTo(ctx, alias, a.qp.Num()); err != nil {
+	if err := b.qp.ConnectTo(ctx, guestdriver.Endpoint{GID: alias, QPN: a.qp.Num(), PSN: a.qp.PSN()}); err != nil {
 		t.Fatal(err)
 	}
 	write := func(id uint64) guestdriver.WC {

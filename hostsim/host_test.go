@@ -166,7 +166,7 @@ func TestPinModesAndRemoveVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := qp.ConnectTo(ctx, d.GID(), qp.Num()); err != nil {
+	if err := qp.ConnectTo(ctx, qp.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
 	// The device DMAs the CQ's and QP's rings while they live: their

@@ -44,7 +44,7 @@ func WriteAcross(ctx context.Context, a, b *Host, names [2]string, n int) (src, 
 		}
 	}
 	for i := range 2 {
-		if err := qps[i].ConnectTo(ctx, vms[1-i].Driver.GID(), qps[1-i].Num()); err != nil {
+		if err := qps[i].ConnectTo(ctx, qps[1-i].Endpoint()); err != nil {
 			return nil, nil, fmt.Errorf("%s: connecting its QP: %w", names[i], err)
 		}
 	}

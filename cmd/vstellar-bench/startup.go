@@ -337,7 +337,7 @@ func openLoop(ctx context.Context, v *hostsim.VM) (*loop, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := l.qp.ConnectTo(ctx, d.GID(), l.qp.Num()); err != nil {
+	if err := l.qp.ConnectTo(ctx, l.qp.Endpoint()); err != nil {
 		return nil, err
 	}
 	return l, nil

@@ -73,10 +73,10 @@ func runVerbs(ctx context.Context, o options, r *report) error {
 	if err != nil {
 		return err
 	}
-	if err := a.qp.ConnectTo(ctx, b.vm.Driver.GID(), b.qp.Num()); err != nil {
+	if err := a.qp.ConnectTo(ctx, b.qp.Endpoint()); err != nil {
 		return err
 	}
-	if err := b.qp.ConnectTo(ctx, a.vm.Driver.GID(), a.qp.Num()); err != nil {
+	if err := b.qp.ConnectTo(ctx, a.qp.Endpoint()); err != nil {
 		return err
 	}
 

@@ -83,12 +83,11 @@ func newVMPair(ctx context.Context, o hostsim.PairOptions, qps int) (_ *vmPair, 
 
 // connectSides connects a's QPs to b's, pairwise, both ways.
 func connectSides(ctx context.Context, a, b *vmSide) error {
-	ga, gb := a.vm.Driver.GID(), b.vm.Driver.GID()
 	for i := range a.qps {
-		if err := a.qps[i].ConnectTo(ctx, gb, b.qps[i].Num()); err != nil {
+		if err := a.qps[i].ConnectTo(ctx, b.qps[i].Endpoint()); err != nil {
 			return fmt.Errorf("QP pair %d: %w", i, err)
 		}
-		if err := b.qps[i].ConnectTo(ctx, ga, a.qps[i].Num()); err != nil {
+		if err := b.qps[i].ConnectTo(ctx, a.qps[i].Endpoint()); err != nil {
 			return fmt.Errorf("QP pair %d: %w", i, err)
 		}
 	}

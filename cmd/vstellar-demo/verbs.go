@@ -87,10 +87,10 @@ func (d *demo) verbs(ctx context.Context, an, bn string, adev, bdev *guestdriver
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", bn, err)
 	}
-	if err := a.qp.ConnectTo(ctx, bdev.GID(), b.qp.Num()); err != nil {
+	if err := a.qp.ConnectTo(ctx, b.qp.Endpoint()); err != nil {
 		return nil, err
 	}
-	if err := b.qp.ConnectTo(ctx, adev.GID(), a.qp.Num()); err != nil {
+	if err := b.qp.ConnectTo(ctx, a.qp.Endpoint()); err != nil {
 		return nil, err
 	}
 	ga, gb := adev.GID(), bdev.GID()
