@@ -264,10 +264,11 @@ type trResult struct {
 
 // trBench drives n devices' translations: the loops the suite times.
 type trBench struct {
-	nic  *twolevel.NIC
-	devs []trDevice // by value: the harness's own lookup of a DMA's device is
-	// one array index, not a pointer chase (a cache miss per DMA with a
-	// thousand devices that neither translation path should pay)
+	nic *twolevel.NIC
+	// devs holds the devices by value: the harness's own lookup of a
+	// DMA's device is an array index, not a pointer chase (a cache miss
+	// per DMA with a thousand devices, which neither path should pay).
+	devs  []trDevice
 	views []guestmem.View
 	hold  pvdma.Hold
 	sink  uint64 // keeps the model's results live
