@@ -1,8 +1,6 @@
 package hotplug
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,7 +62,8 @@ type Client struct {
 	opts Options
 	log  *slog.Logger
 	mon  *qmp.SocketMonitor
-	tap  *tap
+	px   *proxy
+	tap  *tap // px.tap
 	seq  atomic.Uint64
 
 	version      Version
@@ -118,23 +117,30 @@ func dial(ctx context.Context, path string, opts Options) (*Client, error) {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	mon, t, err := openMonitor(path, time.Until(deadline), func(nc net.Conn) *tap {
-		return newTap(nc, func(err error) { c.fail(fmt.Errorf("%w: connection lost: %v", ErrClosed, err)) })
+	mon, px, err := openMonitor(ctx, path, deadline, c.log, func(err error) {
+		c.fail(fmt.Errorf("%w: connection lost: %v", ErrClosed, err))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("QMP %s: %w", path, err)
 	}
-	c.mon, c.tap = mon, t
+	c.mon, c.px, c.tap = mon, px, px.tap
+	t := c.tap
 	err = t.SetDeadline(deadline)
 	if err == nil {
+		px.start()
 		// A deadline in the past fails the pending read at once.
 		stop := context.AfterFunc(ctx, func() { t.SetDeadline(time.Unix(1, 0)) })
 		err = mon.Connect()
+		if e := t.ended(); err != nil && e != nil {
+			// go-qemu saw the proxy close; the tap saw why.
+			err = e
+		}
 		if !stop() && err == nil {
 			err = ctx.Err()
 		}
 	}
 	if err == nil {
+		t.advance(handshakeLines)
 		err = t.SetDeadline(time.Time{})
 	}
 	if err != nil {
@@ -196,6 +202,7 @@ func (c *Client) handshakeError(ctx context.Context, err error, deadline time.Ti
 func (c *Client) abandon() {
 	c.fail(fmt.Errorf("%w: handshake failed", ErrClosed))
 	c.mon.Disconnect()
+	c.px.wait()
 }
 
 // Version is QEMU's version, from its greeting.
@@ -210,6 +217,7 @@ func (c *Client) Close() error {
 		// channel the pump ranges over.
 		c.mon.Disconnect()
 		<-c.pumpDone
+		c.px.wait()
 	})
 	return nil
 }
@@ -225,7 +233,7 @@ func (c *Client) fail(cause error) {
 	}
 	c.mu.Unlock()
 	if first {
-		c.tap.close()
+		c.px.close()
 	}
 }
 
@@ -258,10 +266,15 @@ func (c *Client) execute(ctx context.Context, name string, args any) (json.RawMe
 	stop := context.AfterFunc(cctx, func() {
 		c.fail(fmt.Errorf("%w after no reply to %s: %w", ErrClosed, name, cctx.Err()))
 	})
-	buf, runErr := c.mon.Run(b)
-	// The tap holds go-qemu's reader until buf is copied.
-	buf = bytes.Clone(buf)
+	// go-qemu's Run gets a stand-in for the reply (proxy.go), which it
+	// is done with when Run returns; the tap keeps the reply.
+	_, runErr := c.mon.Run(b)
 	c.tap.release()
+	var reply []byte
+	got := false
+	if runErr == nil {
+		reply, got = c.tap.takeReply()
+	}
 	if !stop() {
 		err := fmt.Errorf("%s: no reply within %v: %w", name, c.opts.CommandTimeout, cctx.Err())
 		if d := c.tap.diagnosis(); d != "" {
@@ -269,34 +282,23 @@ func (c *Client) execute(ctx context.Context, name string, args any) (json.RawMe
 		}
 		return nil, fmt.Errorf("%w; connection closed", err)
 	}
-	if qe, ok := c.tap.takeErr(id); ok {
-		qe.Command = name
-		// go-qemu reports an error reply by its desc, and takes one
-		// with an empty desc for success.
-		if runErr == nil && qe.Desc != "" || runErr != nil && runErr.Error() != qe.Desc {
-			return nil, c.outOfStep(name, fmt.Sprintf("QEMU's error %q reached go-qemu as %v", qe.Desc, runErr))
-		}
-		return nil, qe
-	}
 	if runErr != nil {
-		if err := c.err(); err != nil {
-			return nil, c.lostDuring(name, err)
-		}
-		if errors.Is(runErr, bufio.ErrTooLong) {
-			c.fail(fmt.Errorf("%w: %w", ErrClosed, errLineTooLong))
-			return nil, c.lostDuring(name, c.err())
-		}
-		return nil, c.outOfStep(name, fmt.Sprintf("an error reply not to this command: %v", runErr))
+		// The proxy closed go-qemu's socket: the tap says why, unless
+		// go-qemu failed on its own.
+		c.fail(fmt.Errorf("%w: go-qemu: %v", ErrClosed, runErr))
+		return nil, c.lostDuring(name, c.err())
 	}
-	m, err := parseMessage(buf)
+	if !got {
+		return nil, c.outOfStep(name, "go-qemu took a reply the tap did not see")
+	}
+	m, err := parseMessage(reply)
 	if err != nil {
-		return nil, c.outOfStep(name, fmt.Sprintf("reply %s: %v", quote(buf), err))
+		return nil, c.outOfStep(name, fmt.Sprintf("reply %s: %v", quote(reply), err))
 	}
-	if got, ok := m.idString(); m.kind != kindReply || !ok || got != id {
-		return nil, c.outOfStep(name, fmt.Sprintf("reply %s is not to %s", quote(buf), id))
+	if rid, ok := m.idString(); m.kind != kindReply || !ok || rid != id {
+		return nil, c.outOfStep(name, fmt.Sprintf("reply %s is not to %s", quote(reply), id))
 	}
 	if m.qerr != nil {
-		// go-qemu took it for success: its error has an empty desc.
 		qe := *m.qerr
 		qe.Command = name
 		return nil, &qe

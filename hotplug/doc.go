@@ -41,12 +41,12 @@
 //     reconnecting once if it is out of step;
 //   - Connect has no timeout, error replies lose their class, lines it
 //     cannot decode are dropped silently, and Run's reply is a slice of
-//     the reader's buffer that the next read overwrites: the Client puts
-//     a tap (monitor.go) under the monitor's connection, through its one
-//     unexported field, that bounds reads with deadlines, hands go-qemu
-//     one line at a time and no more until the reply has been copied,
-//     keeps error classes by command id and records what the peer sent
-//     that go-qemu ignored.
+//     the reader's buffer that the next read overwrites: go-qemu talks
+//     to a proxy (proxy.go) on a private abstract unix socket, not to
+//     QEMU. The Client dials QEMU and reads it through a tap (monitor.go)
+//     that bounds reads with deadlines, keeps each reply whole, hands
+//     go-qemu a stand-in for it and nothing more until Run has returned,
+//     and records what the peer sent that go-qemu ignored.
 //
 // Subpackage qmptest is a QMP server with state and faults for tests.
 package hotplug

@@ -9,7 +9,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -55,19 +54,6 @@ func notWithin(ch chan string, d time.Duration) bool {
 		return false
 	case <-time.After(d):
 		return true
-	}
-}
-
-func TestGoQEMUConnField(t *testing.T) {
-	mon, _ := rawMonitor(t, qmptest.Faults{})
-	defer mon.Disconnect()
-	var inner net.Conn
-	tp, err := swapConn(mon, func(c net.Conn) *tap { inner = c; return newTap(c, nil) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := inner.(*net.UnixConn); !ok || tp.Conn != inner {
-		t.Fatalf("go-qemu's connection is a %T", inner)
 	}
 }
 
@@ -141,37 +127,18 @@ func TestGoQEMUSkipsGarbage(t *testing.T) {
 	<-done
 }
 
+// Run's reply is a window into its reader's buffer, not a copy: the
+// reader's next read can overwrite it (the proxy gives go-qemu a
+// stand-in instead, and holds its reader until Run has returned).
 func TestGoQEMUReplyAliasesReadBuffer(t *testing.T) {
-	srv := startQMP(t, tempDir(t), qmptest.Options{})
-	// A reply past half of the scanner's 4 KiB buffer makes its next
-	// read start at the front, over the reply.
-	srv.SetFaults(qmptest.Faults{Commands: map[string]qmptest.Fault{"query-version": {Kind: qmptest.Huge, Size: 3000}}})
-	mon, err := qmp.NewSocketMonitor("unix", srv.Path(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mon, _ := rawMonitor(t, qmptest.Faults{})
 	defer mon.Disconnect()
-	// The tap holds the reader after the reply until release, which
-	// orders the next read after Run (go-qemu alone races here).
-	tp, err := swapConn(mon, func(c net.Conn) *tap { return newTap(c, nil) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mon.Connect(); err != nil {
-		t.Fatal(err)
-	}
-	events, _ := mon.Events(context.Background())
 	out, err := mon.Run([]byte(`{"execute": "query-version"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := string(out)
-	tp.release()
-	if err := srv.Emit("RESUME", nil); err != nil {
-		t.Fatal(err)
-	}
-	<-events // read after the reply; receiving it orders that read before what follows
-	if string(out) == before {
-		t.Fatal("the reply survived the next read: go-qemu copies it now?")
+	// The first reply sits at the front of bufio.Scanner's 4 KiB buffer.
+	if cap(out)-len(out) < 1024 {
+		t.Fatalf("a %d-byte reply with room for %d: go-qemu copies it now?", len(out), cap(out))
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 // tempDir is a short directory (unix socket paths are limited to 107
 // bytes, and t.TempDir's grow with the test's name).
-func tempDir(t *testing.T) string {
+func tempDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "hp")
 	if err != nil {

@@ -4,14 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
-	"reflect"
 	"strings"
 	"sync"
-	"time"
-	"unsafe"
 
 	"github.com/digitalocean/go-qemu/qmp"
 )
@@ -23,21 +19,27 @@ const maxLine = bufio.MaxScanTokenSize - 1
 
 // handshakeLines is how many lines go-qemu's Connect reads with its own
 // decoder (greeting, qmp_capabilities reply); its reader takes the rest.
+// A json.Decoder keeps whatever it read past the value it decoded, so
+// the tap gives it no byte past a handshake line until Connect has used
+// the line (advance).
 const handshakeLines = 2
 
 // errLineTooLong is what the tap reports for a line go-qemu cannot read.
 var errLineTooLong = fmt.Errorf("%w: a line longer than %d bytes (go-qemu's limit)", ErrProtocol, maxLine)
 
-// tap is the connection under go-qemu's SocketMonitor. go-qemu has no
-// deadlines, no way to close the socket while Connect blocks, drops an
-// error reply's class and any line it cannot decode, and hands Run a
-// slice of its scanner's buffer that its reader goroutine may overwrite
-// with the next read. tap reads for it and:
+// tap reads QEMU's connection for go-qemu's SocketMonitor, through the
+// proxy (proxy.go), which writes what the tap hands out to go-qemu's
+// socket. go-qemu has no deadlines, no way to close the socket while
+// Connect blocks, drops an error reply's class and any line it cannot
+// decode, and hands Run a slice of its scanner's buffer that its reader
+// goroutine may overwrite with the next read. tap reads for it and:
 //
-//   - hands go-qemu one line per Read and, once go-qemu has a reply, holds
-//     further reads until release (the Run that got the reply is done
-//     with it), so the buffer is never overwritten under the caller;
-//   - keeps error replies to our commands by id, with their class;
+//   - hands out one line (or part of one) per call and, after a reply,
+//     holds further reads until release (the Run that got the reply is
+//     done with it); likewise after each handshake line until Connect
+//     has used it (advance);
+//   - keeps each reply go-qemu will take, whole and in order, for the
+//     Client (takeReply): go-qemu itself is given a stand-in;
 //   - counts lines that are not QMP and records how the stream ended, so
 //     errors can say what the peer did;
 //   - reports the first read error and over-long line to onError.
@@ -49,19 +51,20 @@ type tap struct {
 
 	mu       sync.Mutex
 	cond     *sync.Cond
-	pending  []byte // read, not yet handed to go-qemu
+	pending  []byte // read, not yet handed out
 	pendErr  error  // Conn's error, to return once pending is empty
-	cur      []byte // the line being handed over
+	cur      []byte // the line being handed out
 	lines    int
-	held     bool // a reply was handed over; reads wait for release
+	held     bool // a reply was handed out; reads wait for release
+	stage    int  // handshake lines go-qemu's Connect has used (advance)
 	closed   bool
 	reported bool // onError called
 	greeting *message
 	greetErr error
 	greetRaw []byte
-	capsErr  error                // the second line is not QMP
-	errs     map[string]*QMPError // error replies to our commands, by id
-	junk     int                  // lines that are not QMP
+	capsErr  error    // the second line is not QMP
+	replies  [][]byte // lines go-qemu takes for replies, not yet taken
+	junk     int      // lines that are not QMP
 	lastJunk string
 	long     bool
 	readErr  error
@@ -69,19 +72,29 @@ type tap struct {
 }
 
 func newTap(c net.Conn, onError func(error)) *tap {
-	t := &tap{Conn: c, onError: onError, rbuf: make([]byte, 4096), errs: make(map[string]*QMPError)}
+	t := &tap{Conn: c, onError: onError, rbuf: make([]byte, 4096)}
 	t.cond = sync.NewCond(&t.mu)
 	return t
 }
 
+// Read is next without its reply flag.
 func (t *tap) Read(p []byte) (int, error) {
+	n, _, err := t.next(p)
+	return n, err
+}
+
+// next hands out the next bytes from QEMU, up to the end of a line;
+// reply says they end a line go-qemu takes for a reply past the
+// handshake (kept for takeReply). A line longer than maxLine ends the
+// stream with errLineTooLong.
+func (t *tap) next(p []byte) (n int, reply bool, err error) {
 	t.mu.Lock()
 	for t.held && !t.closed {
 		t.cond.Wait()
 	}
 	if t.closed {
 		t.mu.Unlock()
-		return 0, t.end(net.ErrClosed)
+		return 0, false, t.end(net.ErrClosed)
 	}
 	if len(t.pending) == 0 && t.pendErr == nil {
 		t.mu.Unlock()
@@ -92,25 +105,28 @@ func (t *tap) Read(p []byte) (int, error) {
 	if len(t.pending) == 0 {
 		err := t.pendErr
 		t.mu.Unlock()
-		return 0, t.end(err)
+		return 0, false, t.end(err)
 	}
-	// One line at a time: the scanner then never holds bytes past the
-	// line it returns, and nothing is read after a reply until release.
+	// One line at a time: nothing is handed out after a reply until
+	// release.
 	chunk := t.pending
 	if i := bytes.IndexByte(chunk, '\n'); i >= 0 {
 		chunk = chunk[:i+1]
 	}
-	n := copy(p, chunk)
+	n = copy(p, chunk)
 	t.pending = t.pending[n:]
+	replies := len(t.replies)
 	tooLong := t.take(p[:n])
+	reply = len(t.replies) > replies
 	t.mu.Unlock()
 	if tooLong {
 		t.report(errLineTooLong)
+		return 0, false, errLineTooLong
 	}
-	return n, nil
+	return n, reply, nil
 }
 
-// take follows the bytes handed to go-qemu line by line.
+// take follows the bytes handed out line by line.
 func (t *tap) take(b []byte) (tooLong bool) {
 	line, complete := bytes.CutSuffix(b, []byte("\n"))
 	if !t.long {
@@ -129,17 +145,24 @@ func (t *tap) take(b []byte) (tooLong bool) {
 
 func (t *tap) line(l []byte) {
 	t.lines++
-	m, err := parseMessage(l)
 	switch {
-	case t.lines == 1:
+	case t.lines <= handshakeLines:
+		// Connect's decoder stops after a JSON value and keeps what it
+		// read past it: hold until Connect has used the line.
+		t.held = t.stage < t.lines && json.Valid(l)
+	case goQEMUReply(l):
+		// go-qemu gets a stand-in, and nothing past it until release.
+		t.held = true
+		t.replies = append(t.replies, bytes.Clone(l))
+	}
+	m, err := parseMessage(l)
+	if t.lines == 1 {
 		t.greetRaw = bytes.Clone(l)
 		if err == nil && m.kind != kindGreeting {
 			err = fmt.Errorf("%w: first message is not a greeting", errNotQMP)
 		}
 		t.greeting, t.greetErr = &m, err
 		return
-	case t.lines > handshakeLines && goQEMUReply(l):
-		t.held = true
 	}
 	if err != nil {
 		if t.lines == handshakeLines && t.capsErr == nil {
@@ -149,14 +172,20 @@ func (t *tap) line(l []byte) {
 			t.junk++
 			t.lastJunk = quote(l)
 		}
-		return
 	}
-	if m.kind == kindReply && m.qerr != nil {
-		if id, ok := m.idString(); ok && strings.HasPrefix(id, idPrefix) {
-			e := *m.qerr
-			t.errs[id] = &e
-		}
+}
+
+// advance notes how many handshake lines go-qemu's Connect has used: 1
+// once it sends qmp_capabilities (it has decoded the greeting), 2 once
+// Connect has returned. It ends a hold on those lines.
+func (t *tap) advance(stage int) {
+	t.mu.Lock()
+	t.stage = max(t.stage, stage)
+	if t.held && t.lines <= t.stage {
+		t.held = false
+		t.cond.Broadcast()
 	}
+	t.mu.Unlock()
 }
 
 // goQEMUReply is go-qemu's test (socket.go listen) for a line that goes
@@ -168,7 +197,7 @@ func goQEMUReply(l []byte) bool {
 }
 
 // release lets go-qemu read on after the Run that got a reply is done
-// with it.
+// with it (with go-qemu's copy of its stand-in).
 func (t *tap) release() {
 	t.mu.Lock()
 	t.held = false
@@ -185,7 +214,7 @@ func (t *tap) close() {
 	t.Conn.Close()
 }
 
-// end records how reading ended and returns err.
+// end records how the stream ended (reading or sending) and returns err.
 func (t *tap) end(err error) error {
 	t.mu.Lock()
 	if t.readErr == nil && !t.closed { // not our own close
@@ -207,13 +236,24 @@ func (t *tap) report(err error) {
 	}
 }
 
-// takeErr returns and forgets the error reply to command id.
-func (t *tap) takeErr(id string) (*QMPError, bool) {
+// ended returns how the stream ended, unless we closed it.
+func (t *tap) ended() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e, ok := t.errs[id]
-	delete(t.errs, id)
-	return e, ok
+	return t.readErr
+}
+
+// takeReply returns and forgets the oldest reply go-qemu was given a
+// stand-in for: the one its last Run returned.
+func (t *tap) takeReply() ([]byte, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.replies) == 0 {
+		return nil, false
+	}
+	r := t.replies[0]
+	t.replies = t.replies[1:]
+	return r, true
 }
 
 // handshake reports the greeting and what is wrong with the first
@@ -264,36 +304,4 @@ func (t *tap) diagnosis() string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, "; ")
-}
-
-// errGoQEMULayout means the pinned go-qemu changed: openMonitor cannot
-// put the tap under its SocketMonitor.
-var errGoQEMULayout = errors.New("go-qemu's SocketMonitor has no net.Conn field c (did the pinned version change?)")
-
-// openMonitor dials the QMP socket with go-qemu and puts a tap under the
-// monitor's connection. It reaches into an unexported field because
-// go-qemu has no other way to bound Connect or to read safely; a test
-// pins the field so that a go-qemu upgrade that moves it fails loudly.
-func openMonitor(path string, timeout time.Duration, wrap func(net.Conn) *tap) (*qmp.SocketMonitor, *tap, error) {
-	mon, err := qmp.NewSocketMonitor("unix", path, timeout)
-	if err != nil {
-		return nil, nil, err
-	}
-	t, err := swapConn(mon, wrap)
-	if err != nil {
-		mon.Disconnect()
-		return nil, nil, err
-	}
-	return mon, t, nil
-}
-
-func swapConn(mon *qmp.SocketMonitor, wrap func(net.Conn) *tap) (*tap, error) {
-	f := reflect.ValueOf(mon).Elem().FieldByName("c")
-	if !f.IsValid() || f.Type() != reflect.TypeFor[net.Conn]() {
-		return nil, errGoQEMULayout
-	}
-	conn := (*net.Conn)(unsafe.Pointer(f.UnsafeAddr()))
-	t := wrap(*conn)
-	*conn = t
-	return t, nil
 }
