@@ -48,6 +48,11 @@ type FabricCounters struct {
 	// Busy: DATA packets dropped unreceived because their device was in a
 	// control change; their senders resend them.
 	Busy uint64 `json:"device_busy_drops"`
+	// BusyNaksSent and BusyNaksReceived: BUSY NAKs this host sent for
+	// them, and received from peers whose device was busy (the sender
+	// waits without counting a loss; docs/wire.md).
+	BusyNaksSent     uint64 `json:"busy_naks_sent"`
+	BusyNaksReceived uint64 `json:"busy_naks_received"`
 }
 
 // PathState is one path of GET /v1/host/paths: its UDP source port and
@@ -86,7 +91,7 @@ func (m *Manager) fabricState() *FabricState {
 			DataSent: st.DataSent, DataReceived: st.DataReceived, BytesSent: st.BytesSent,
 			BytesReceived: st.BytesReceived, BytesPlaced: st.BytesPlaced, Retransmits: st.Retransmits,
 			FastRetransmits: st.FastRetransmits, Timeouts: st.Timeouts, Duplicates: st.Duplicates, RNRNaks: st.RNRNaks,
-			Spurious: st.SpuriousRetransmits, Busy: st.Busy},
+			Spurious: st.SpuriousRetransmits, Busy: st.Busy, BusyNaksSent: st.BusyNaksSent, BusyNaksReceived: st.BusyNaksReceived},
 	}
 }
 

@@ -33,7 +33,8 @@
 // Incoming) take no lock of the gate themselves: their caller enters the
 // data path first, with TryEnter (a fabric's I/O loop, which serves every
 // device of its host: it drops what a device in a control change cannot
-// take, and the peer resends it) or Enter, which waits for the gate, from
+// take and answers it with a BUSY NAK, so the peer resends it once the
+// device is free, with no loss or timeout counted; docs/wire.md) or Enter, which waits for the gate, from
 // a goroutine that nothing holding the gate ever waits for (a fabric's
 // Post never waits for its loop: it sends or queues without waiting;
 // Connect and Disconnect are called with mu held but never the gate).

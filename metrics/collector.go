@@ -34,7 +34,7 @@ type Collector struct {
 	fabricConns, fabricSent, fabricReceived, fabricSendErrors *prometheus.Desc
 	fabricDropped                                             *prometheus.Desc
 	fabricRetransmits, fabricTimeouts, fabricPathRTT          *prometheus.Desc
-	fabricSpurious                                            *prometheus.Desc
+	fabricSpurious, fabricBusyNaks                            *prometheus.Desc
 }
 
 // deviceMetric is a per-device metric read from a device's state.
@@ -72,6 +72,8 @@ func New(src Source) *Collector {
 		fabricRetransmits: desc("fabric_retransmits_total", "Data packets sent again."),
 		fabricSpurious: desc("fabric_spurious_retransmits_total",
 			"Retransmissions the sender found unneeded: the first copy was delivered (reordering taken for loss)."),
+		fabricBusyNaks: desc("fabric_busy_naks_total",
+			"BUSY NAKs, by direction: sent for data a device in a control change could not take, received from such a peer (the sender waits and probes; it is not a loss).", "direction"),
 		fabricTimeouts: desc("fabric_timeouts_total", "Retransmission timeouts."),
 		fabricPathRTT:  desc("fabric_path_rtt_seconds", "Round-trip times measured on each path (UDP source port index).", "path"),
 	}
@@ -116,7 +118,7 @@ func New(src Source) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.devices, c.connected, c.info, c.hostPinned, c.hostBudget, c.pinDuration,
 		c.commandDuration, c.fabricConns, c.fabricSent, c.fabricReceived, c.fabricSendErrors, c.fabricDropped,
-		c.fabricRetransmits, c.fabricTimeouts, c.fabricPathRTT, c.fabricSpurious} {
+		c.fabricRetransmits, c.fabricTimeouts, c.fabricPathRTT, c.fabricSpurious, c.fabricBusyNaks} {
 		ch <- d
 	}
 	for _, m := range c.perDevice {
@@ -176,6 +178,8 @@ func (c *Collector) collectFabric(ch chan<- prometheus.Metric, st remote.Stats) 
 	counter(c.fabricDropped, st.Busy, "device_busy")
 	counter(c.fabricRetransmits, st.Retransmits)
 	counter(c.fabricSpurious, st.SpuriousRetransmits)
+	counter(c.fabricBusyNaks, st.BusyNaksSent, "sent")
+	counter(c.fabricBusyNaks, st.BusyNaksReceived, "received")
 	counter(c.fabricTimeouts, st.Timeouts)
 	for _, p := range st.Paths {
 		ch <- histogram(c.fabricPathRTT, p.RTT, strconv.Itoa(p.Path))

@@ -93,6 +93,13 @@ type Config struct {
 	// RNRRetry: receiver-not-ready retries per message; 7 means for ever
 	// (IB rnr_retry). Default 7.
 	RNRRetry int
+	// BusyTimeout: how long the peer may stay busy (BUSY NAKs: its
+	// device is in a control change, which may take seconds) before
+	// that costs one retry against RetryLimit; a shorter busy spell
+	// costs none, and RNRRetry is never used. A peer busy for good
+	// fails the connection after about (RetryLimit+1) x BusyTimeout.
+	// Default 1 s.
+	BusyTimeout time.Duration
 
 	// Path picks each packet's path; default SinglePath{}.
 	Path PathSelector
@@ -133,6 +140,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RNRRetry == 0 {
 		c.RNRRetry = 7
 	}
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = time.Second
+	}
 	if c.Path == nil {
 		c.Path = SinglePath{}
 	}
@@ -150,6 +160,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("transport: RTO %v not within [%v, %v]: %w", c.RTOInit, c.RTOMin, c.RTOMax, ErrConfig)
 	case c.RetryLimit < 1 || c.RetryLimit > 7 || c.RNRRetry < 1 || c.RNRRetry > 7:
 		return c, fmt.Errorf("transport: retry limit %d / rnr retry %d outside 1..7: %w", c.RetryLimit, c.RNRRetry, ErrConfig)
+	case c.BusyTimeout < 0:
+		return c, fmt.Errorf("transport: busy timeout %v: %w", c.BusyTimeout, ErrConfig)
 	case c.Reordering > ReorderFixed:
 		return c, fmt.Errorf("transport: reordering mode %d: %w", c.Reordering, ErrConfig)
 	case c.Recovery > GoBackN:

@@ -31,6 +31,10 @@ type Conn struct {
 	lastResp   uint32
 	responding bool
 	busyAt     int64
+	// heldNakAt: when the peer was last told (a BUSY NAK) that a
+	// response is held back (heldNaked: it was).
+	heldNakAt int64
+	heldNaked bool
 }
 
 // Stats are a connection's counters.
@@ -48,9 +52,14 @@ type Stats struct {
 	Foreign, Invalid uint64
 	BytesPlaced      uint64
 	// Busy counts DATA packets dropped unreceived because the sink's
-	// gate was taken (its device in a control change): the peer resends
-	// them.
+	// gate was taken, or its Begin answered NAKBusy (its device in a
+	// control change): the peer resends them.
 	Busy uint64
+	// BusyNaksSent counts the BUSY NAKs that told the peer so (at most
+	// one per busyNakInterval, but one for each of its probes), or that
+	// a READ response waits for the sink (one a millisecond);
+	// BusyNaksReceived those the peer sent us.
+	BusyNaksSent, BusyNaksReceived uint64
 }
 
 // NewConn creates a connection delivering inbound messages to sink.
@@ -151,9 +160,8 @@ func (c *Conn) Handle(now int64, p *wire.Packet) error {
 			return c.rx.data(c, now, p)
 		}
 		if !c.gate.TryEnter() {
-			// Not received: the peer resends it, as after a loss.
-			c.st.Busy++
-			return nil
+			// Not received: the peer is told to resend it soon.
+			return c.rx.turnedAway(c, now, p)
 		}
 		err := c.rx.data(c, now, p)
 		c.gate.Exit()
@@ -183,9 +191,17 @@ func (c *Conn) Transmit(now int64, buf []byte) (pkt []byte, path uint16, ok bool
 	}
 	if !c.gate.TryEnter() {
 		// A response would read from the sink: it waits, and so does
-		// what comes after it.
+		// what comes after it. The peer, waiting for it, hears why
+		// (busy.go).
 		if c.busyAt <= now {
 			c.busyAt = now + busyRetry
+		}
+		if !c.heldNaked || now-c.heldNakAt >= busyHoldNak {
+			c.heldNaked, c.heldNakAt = true, now
+			c.rx.nakHeld(c.heldRequest())
+			pkt, path = c.rx.appendAck(c, buf[:0])
+			c.st.AcksSent++
+			return pkt, path, true
 		}
 		return nil, 0, false
 	}
@@ -208,6 +224,19 @@ func (c *Conn) readsSink() bool {
 		c.responding = false
 	}
 	return c.responding
+}
+
+// heldRequest is the peer's request whose response (lastResp) is held
+// back while the sink is busy.
+func (c *Conn) heldRequest() uint32 {
+	s := &c.tx
+	if inRange(c.lastResp, s.msnUna, s.msnNxt) {
+		return uint32(s.msg(c.lastResp).RAddr) // a response's raddr is its request's msn
+	}
+	if i := c.lastResp - s.msnNxt; i < uint32(len(s.pending)) {
+		return s.pending[i].reqMSN
+	}
+	return c.rx.commit - 1 // not reached while responding: committed, so stale at the peer
 }
 
 // respondFromSink notes that the READ response about to be queued reads
@@ -234,8 +263,9 @@ func (c *Conn) Timeout() (at int64, ok bool) {
 }
 
 // HandleTimeout runs the timers due at now: retransmission timeout,
-// reordering time, receiver-not-ready waits, the pacing deadline and the
-// wait for the sink's gate (which only let Transmit send again).
+// reordering time, receiver-not-ready waits, the probe of a busy peer,
+// the pacing deadline and the wait for the sink's gate (which only let
+// Transmit send again).
 func (c *Conn) HandleTimeout(now int64) {
 	if c.busyAt != 0 && now >= c.busyAt {
 		c.busyAt = 0 // Transmit tries the gate again

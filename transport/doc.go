@@ -25,5 +25,9 @@
 //     id, token), or that contradicts what the connection knows (a PSN or
 //     MSN outside the window, a message whose shape changed), is dropped
 //     and counted; it changes nothing else.
+//   - A packet the Sink's Gate turns away (its device in a control
+//     change) is not received and changes nothing but counters; the peer
+//     is told (a BUSY NAK) and resends it without taking it for a loss
+//     or using up its retries, but for each whole BusyTimeout (busy.go).
 //   - Transmit and Handle allocate nothing in steady state.
 package transport

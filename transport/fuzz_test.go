@@ -25,6 +25,8 @@ func FuzzConnHandle(f *testing.F) {
 	}
 	ack := wire.AppendAck(nil, &wire.Header{Tenant: 7, Conn: 2, Token: 0xbbbb}, &wire.Ack{Cum: 2, MSN: 1, NAK: wire.NAKRNR, RNRTimer: 3, NAKMSN: 0})
 	f.Add(ack, uint32(1))
+	busy := wire.AppendAck(nil, &wire.Header{Tenant: 7, Conn: 2, Token: 0xbbbb}, &wire.Ack{Cum: 1, EchoTS: 1, NAK: wire.NAKBusy, NAKMSN: 0})
+	f.Add(busy, uint32(1))
 	f.Fuzz(func(t *testing.T, b []byte, when uint32) {
 		a, peer := newPair(t, transport.Config{Tenant: 7, MaxPayload: 256})
 		peer.posts, a.posts = 0, 3

@@ -142,8 +142,10 @@ type Inbound struct {
 type Sink interface {
 	// Begin is called once per message, before any of its bytes are
 	// placed, on whichever of its packets arrives first. NAKNone accepts
-	// it; NAKRNR asks the sender to come back later (nothing is kept, and
-	// Begin is called again); another NAK refuses it for good.
+	// it; NAKRNR asks the sender to come back after rnrTimer, and
+	// NAKBusy soon, its target being busy for a moment (for both,
+	// nothing is kept and Begin is called again; NAKBusy is answered as
+	// a packet the Gate turned away); another NAK refuses it for good.
 	Begin(m *Inbound) (nak wire.NAK, rnrTimer uint8)
 	// Place writes b at offset off of the message: at most once per byte,
 	// in any order. false means the target went away since Begin (its
@@ -154,8 +156,8 @@ type Sink interface {
 	// all of it has been placed. For a READ_REQ it sets m.Response; for an
 	// atomic it performs the operation, exactly once, and sets m.Result.
 	// A NAK other than NAKNone refuses the message after all (its target
-	// went away since Begin; NAKRNR is not allowed here): nothing of it
-	// may have taken effect.
+	// went away since Begin; NAKRNR and NAKBusy are not retryable here
+	// and become NAKRemoteOp): nothing of it may have taken effect.
 	Commit(m *Inbound) wire.NAK
 }
 
@@ -166,10 +168,13 @@ type Sink interface {
 // around everything that reaches the Sink: each DATA packet it handles
 // (Begin, Place, Commit) and each transmission while a READ response of
 // its own may read from the Sink. When TryEnter fails, a DATA packet is
-// dropped unreceived (counted in Stats.Busy; the peer resends it, as
-// after a loss) and the response waits (Timeout asks to be called back
-// soon). So nothing is lost or done twice, and completions keep their
-// order.
+// dropped unreceived (counted in Stats.Busy) and answered with a BUSY
+// NAK, upon which the peer resends it soon, neither taking it for a
+// loss nor counting a retry unless the gate stays taken for a whole
+// Config.BusyTimeout (busy.go); a response waits (Timeout asks to be
+// called back soon), and the peer waiting for it is told so with BUSY
+// NAKs too. So nothing is lost or done twice, completions keep their
+// order, and a control change does not use up the peer's retries.
 type Gate interface {
 	// TryEnter takes the gate if it is free, without waiting; true
 	// must be followed by Exit.

@@ -3,6 +3,7 @@ package transport
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/vstellar/vstellar/transport/wire"
 )
@@ -33,7 +34,19 @@ type receiver struct {
 	rnrMSN     uint32 // a receiver-not-ready NAK to send (rnrPending)
 	rnrTimer   uint8
 	rnrPending bool
+	// A BUSY NAK to send (busyPending) about busyMSN, and when the last
+	// was queued (busyNaked: one was), for the rate limit.
+	busyMSN     uint32
+	busyPending bool
+	busyNaked   bool
+	busyNakAt   int64
 }
+
+// busyNakInterval is the least time between two BUSY NAKs (but for the
+// sender's probes, which are always answered): a burst of packets the
+// sink's gate turns away is not answered by a burst of NAKs. Well below
+// the sender's first backoff (busyBackoffMin).
+const busyNakInterval = int64(10 * time.Microsecond)
 
 func (r *receiver) init(cfg *Config) {
 	r.cfg = cfg
@@ -136,6 +149,12 @@ func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
 			r.rnrMSN, r.rnrTimer, r.rnrPending = d.MSN, timer, true
 			r.ackNow(p)
 			return nil
+		case wire.NAKBusy:
+			// Busy for a moment: as if the gate had turned it away.
+			*m = inMsg{}
+			c.st.Busy++
+			r.nakBusy(now, p)
+			return nil
 		default:
 			m.refused = nak
 		}
@@ -151,6 +170,54 @@ func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
 	r.commitReady(c, now)
 	r.ackNow(p)
 	return nil
+}
+
+// turnedAway answers DATA packet p, which the sink's gate turned away
+// (its device is in a control change): p is not received, and nothing
+// of the receiving state changes. A packet received before is
+// acknowledged as a duplicate (that needs no sink), one outside the
+// window is refused as rx.data would; any other is counted (Busy) and
+// answered with a BUSY NAK, so that the sender resends it soon without
+// taking it for a loss (docs/transport.md, "Busy peer").
+func (r *receiver) turnedAway(c *Conn, now int64, p *wire.Packet) error {
+	d := &p.Data
+	switch {
+	case wire.SeqLess(d.MSN, r.commit) || r.has(p.PSN):
+		c.st.Duplicates++
+		r.ackNow(p)
+		return nil
+	case d.MSN-r.commit >= maxMessages:
+		c.st.Invalid++
+		return fmt.Errorf("msn %d beyond the window at %d: %w", d.MSN, r.commit, ErrInvalid)
+	case p.PSN-r.nxt >= maxWindow:
+		c.st.Invalid++
+		return fmt.Errorf("psn %d beyond the window at %d: %w", p.PSN, r.nxt, ErrInvalid)
+	}
+	c.st.Busy++
+	r.nakBusy(now, p)
+	return nil
+}
+
+// nakBusy queues a BUSY NAK about the message of p, a packet not
+// received because the sink is busy: at most one per busyNakInterval,
+// except for the next packet expected, which is what a busy sender's
+// probe carries (so a probe is always answered, and the sender never
+// waits for its RTO while the peer is merely busy).
+func (r *receiver) nakBusy(now int64, p *wire.Packet) {
+	if r.busyNaked && now-r.busyNakAt < busyNakInterval && p.PSN != r.nxt {
+		return
+	}
+	r.busyNaked, r.busyNakAt = true, now
+	r.busyMSN, r.busyPending = p.Data.MSN, true
+	r.ackNow(p)
+}
+
+// nakHeld queues a BUSY NAK about the peer's request msn, committed,
+// whose response is held back while the sink is busy. It echoes no
+// timestamp: no packet of the peer's triggered it.
+func (r *receiver) nakHeld(msn uint32) {
+	r.busyMSN, r.busyPending = msn, true
+	r.ackPending, r.echoTS = true, 0
 }
 
 // place puts a packet's payload where its message goes: the sink for
@@ -193,7 +260,7 @@ func (r *receiver) commitReady(c *Conn, now int64) {
 		if m.Op == wire.OpReadResp || m.Op == wire.OpAtomicResp {
 			c.tx.responseArrived(c, now, uint32(m.RAddr), m.Result)
 		} else if nak := c.sink.Commit(&m.Inbound); nak != wire.NAKNone { // performs an atomic: exactly once
-			if nak == wire.NAKRNR {
+			if nak == wire.NAKRNR || nak == wire.NAKBusy {
 				nak = wire.NAKRemoteOp // not a retryable answer once accepted
 			}
 			// Refused after all: the line stops here, as after Begin.
@@ -233,8 +300,11 @@ func (r *receiver) appendAck(c *Conn, dst []byte) ([]byte, uint16) {
 		a.NAK, a.NAKMSN = m.refused, r.commit
 	} else if r.rnrPending {
 		a.NAK, a.NAKMSN, a.RNRTimer = wire.NAKRNR, r.rnrMSN, r.rnrTimer
+	} else if r.busyPending {
+		a.NAK, a.NAKMSN = wire.NAKBusy, r.busyMSN
+		c.st.BusyNaksSent++
 	}
-	r.rnrPending, r.ackPending = false, false
+	r.rnrPending, r.busyPending, r.ackPending = false, false, false
 	h := c.hdr
 	h.Path, h.PSN, h.TS, h.Flags = r.ackPath, 0, 0, 0
 	h.Token = r.cfg.LocalToken // the token of the stream it acknowledges

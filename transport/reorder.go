@@ -68,6 +68,9 @@ const (
 	lostByCount uint8 = iota + 1
 	lostByTime
 	lostByTimeout
+	// lostByBusy: sent again because the peer was busy (busy.go), a
+	// probe or once it was free; no reordering was involved.
+	lostByBusy
 )
 
 // maxSample is one sample of a windowedMax.

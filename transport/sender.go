@@ -18,6 +18,7 @@ const (
 	pktAcked                     // cumulatively or selectively acknowledged
 	pktLost                      // declared lost, queued for retransmission
 	pktRNRWait                   // its message was refused as not ready: wait
+	pktBusyWait                  // the peer is busy: wait for a probe to get through
 )
 
 // txPkt is one packet of the send window.
@@ -96,6 +97,7 @@ type sender struct {
 	pending           []response // responses waiting for room
 	// peerCommitted: the receiver committed every msn below it.
 	peerCommitted uint32
+	busyState
 
 	// Pacing (if the CC is a Pacer): no data packet leaves before
 	// paceNext; paceAt is paceNext while a packet waits for it (the
@@ -114,6 +116,24 @@ type ackRun struct {
 	rttPath  uint16 // the path the RTT sample was taken on
 	rtt      int64  // the sample, until a run of rttPath carries it
 	progress bool   // any packet newly acknowledged
+}
+
+// busyState is what a sender knows of its peer being busy (BUSY NAKs;
+// busy.go).
+type busyState struct {
+	// busy: every unacknowledged packet waits (pktBusyWait) and one, the
+	// oldest, goes as a probe at probeAt (0: none due), backoff after
+	// the BUSY NAK that scheduled it.
+	busy             bool
+	probeAt, backoff int64
+	// busySince: when the busy spell not yet charged as a retry began
+	// (0: the peer is not busy); progress ends the spell.
+	busySince int64
+	// busyEndTS: the last timestamp sent before the peer was last found
+	// free; a BUSY NAK about an older transmission is stale.
+	busyEndTS int64
+	// busyLast: when the last (not stale) BUSY NAK came.
+	busyLast int64
 }
 
 func (s *sender) init(cfg *Config) {
@@ -172,6 +192,7 @@ func (s *sender) postPending() {
 func (s *sender) responseArrived(c *Conn, now int64, reqMSN uint32, value uint64) {
 	m := s.msg(reqMSN)
 	m.respDone, m.value = true, value
+	s.peerFree()
 	s.completeCommitted(c, now, s.peerCommitted)
 }
 
@@ -222,7 +243,7 @@ func (s *sender) transmit(c *Conn, now int64, buf []byte) ([]byte, uint16, bool)
 // haveNew reports whether a new packet may be sent (window room and a
 // message not fully sent), moving cur to that message.
 func (s *sender) haveNew() bool {
-	if s.nxt-s.una >= uint32(s.cfg.Window) {
+	if s.busy || s.nxt-s.una >= uint32(s.cfg.Window) {
 		return false
 	}
 	for s.cur != s.msnNxt && s.msg(s.cur).allSent {
@@ -388,6 +409,7 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 		s.una++
 	}
 	if progress {
+		s.peerFree()
 		s.flushAckRun(c, now)
 		if r := &s.ackRun; r.rtt > 0 {
 			// No packet it acknowledged went on the sample's path.
@@ -403,15 +425,27 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 	}
 	// Completions: the receiver committed every message below a.MSN.
 	s.completeCommitted(c, now, a.MSN)
+	if a.NAK == wire.NAKBusy {
+		c.st.BusyNaksReceived++
+	}
 	if a.NAK != wire.NAKNone {
 		s.nak(c, now, a)
 	}
 	if c.failed {
 		return nil
 	}
-	if c.cfg.Recovery == GoBackN {
-		s.goBack(c, now, a, progress)
-	} else {
+	switch {
+	case s.busy:
+		// What is not acknowledged waits for the busy peer (busy.go),
+		// not for loss detection.
+	case c.cfg.Recovery == GoBackN:
+		if a.NAK != wire.NAKBusy {
+			// (A BUSY NAK repeats the cumulative ACK because a packet was
+			// turned away or a response is held, not because one is
+			// missing.)
+			s.goBack(c, now, a, progress)
+		}
+	default:
 		s.detectLosses(c, now)
 	}
 	return nil
@@ -597,6 +631,10 @@ func (s *sender) nak(c *Conn, now int64, a *wire.Ack) {
 		return // about a message already completed: stale
 	}
 	m := s.msg(a.NAKMSN)
+	if a.NAK == wire.NAKBusy {
+		s.busyNak(c, now, a, m)
+		return
+	}
 	if a.NAK != wire.NAKRNR {
 		if a.NAKMSN != s.msnUna {
 			return // earlier messages complete first; it comes again
@@ -636,6 +674,8 @@ func (s *sender) nak(c *Conn, now int64, a *wire.Ack) {
 		case p.state == pktLost:
 			s.lost--
 			p.state = pktRNRWait
+		case p.state == pktBusyWait:
+			p.state = pktRNRWait
 		}
 	}
 	if s.rnrAt == 0 || m.rnrUntil < s.rnrAt {
@@ -645,7 +685,7 @@ func (s *sender) nak(c *Conn, now int64, a *wire.Ack) {
 
 func (s *sender) timeout() (int64, bool) {
 	at := int64(0)
-	for _, t := range [...]int64{s.rtoAt, s.rackAt, s.rnrAt, s.respAt, s.paceAt} {
+	for _, t := range [...]int64{s.rtoAt, s.rackAt, s.rnrAt, s.respAt, s.paceAt, s.probeAt} {
 		if t != 0 && (at == 0 || t < at) {
 			at = t
 		}
@@ -665,7 +705,9 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 			if p.state != pktRNRWait {
 				continue
 			}
-			if m := s.msg(p.msn); m.rnrUntil <= now {
+			if m := s.msg(p.msn); m.rnrUntil <= now && s.busy {
+				p.state = pktBusyWait // the probe goes first
+			} else if m.rnrUntil <= now {
 				p.state = pktLost
 				s.lost++
 			} else if s.rnrAt == 0 || m.rnrUntil < s.rnrAt {
@@ -673,8 +715,17 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 			}
 		}
 	}
+	if s.probeAt != 0 && now >= s.probeAt {
+		s.probeAt = 0
+		s.probe()
+	}
 	if s.rackAt != 0 && now >= s.rackAt {
 		s.detectLosses(c, now)
+	}
+	if s.respAt != 0 && now >= s.respAt && s.heldResponse(now) {
+		// The peer holds the response back while busy (busy.go): that
+		// is no timeout.
+		s.respAt = s.busyLast + busyHoldWait
 	}
 	if s.respAt != 0 && now >= s.respAt {
 		// Waiting for a response with nothing of ours in flight: count
@@ -694,12 +745,19 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 		if s.inFlight == 0 {
 			return
 		}
+		if s.busy && now-s.busyLast < dur(c.cfg.BusyTimeout) {
+			s.probeLost()
+			return
+		}
 		c.st.Timeouts++
 		s.retries++
 		if s.retries > c.cfg.RetryLimit {
 			c.fail(StatusRetryExceeded)
 			return
 		}
+		// The peer has not said it is busy for a BusyTimeout: it is
+		// gone, not busy. Everything goes again.
+		s.endBusyMode(lostByTimeout)
 		c.cfg.CC.OnTimeout(now)
 		c.cfg.Path.OnTimeout(now)
 		s.loseAll(c, now, false, lostByTimeout)
@@ -721,6 +779,7 @@ func (s *sender) flush(c *Conn, st Status) {
 	}
 	s.pending = nil
 	s.rtoAt, s.rackAt, s.rnrAt, s.respAt, s.paceAt = 0, 0, 0, 0, 0
+	s.busyState = busyState{}
 	s.lost = 0
 }
 

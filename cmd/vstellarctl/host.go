@@ -61,6 +61,7 @@ func (c *cli) hostStatus(ctx context.Context) error {
 		s.Retransmits, s.FastRetransmits, s.Timeouts, s.Spurious, s.Duplicates, s.RNRNaks))
 	kv.add("dropped", fmt.Sprintf("%d malformed, %d unknown connection, %d foreign, %d invalid, %d while the device was busy",
 		s.Malformed, s.UnknownConn, s.Foreign, s.Refused-s.Foreign, s.Busy))
+	kv.add("busy NAKs", fmt.Sprintf("%d sent, %d received", s.BusyNaksSent, s.BusyNaksReceived))
 	return kv.flush()
 }
 

@@ -10,9 +10,10 @@ import (
 	"github.com/vstellar/vstellar/transport"
 )
 
-// patient connections time out after 5 ms at least, so that the peers'
-// retry budgets outlast the tests' control changes however loaded the
-// machine is (each drop costs the peer a timeout).
+// patient connections time out after 5 ms at least: a peer whose
+// packets a control change turns away is told so (BUSY NAKs) and counts
+// no timeout, but a lost BUSY NAK or probe still costs one, and a
+// loaded machine must not make that a failure.
 var patient = opts{transport: transport.Config{RTOInit: 5 * time.Millisecond, RTOMin: 5 * time.Millisecond}}
 
 // TestBusyDeviceStallsOnlyItself: while a control change holds one
@@ -131,5 +132,87 @@ func TestBusyResponse(t *testing.T) {
 	release()
 	if res := w.next(t, 2*time.Second); res.o != fabric.OutcomeOK || !bytes.Equal(got, want) {
 		t.Fatalf("READ after the change: %v", res.o)
+	}
+}
+
+// TestBusyOutlastsRetryBudget: a QP with retry_cnt 1 and rnr_retry 0,
+// whose retry budget (RTO 5 ms, doubled once) is 15 ms, WRITEs and
+// READs to a device held in a control change for 200 ms. The peer's
+// BUSY NAKs cost neither retries nor RNR retries: both complete OK,
+// with the right bytes, once the change ends; a counts no timeout.
+// (With the packets dropped silently, as before, the WRITE failed
+// RETRY_EXCEEDED after 15 ms.)
+func TestBusyOutlastsRetryBudget(t *testing.T) {
+	const hold = 200 * time.Millisecond
+	a, b := pair(t, patient)
+	connect(t, a, b, 1, 2, 1, 0)
+	const n = 64 << 10
+	b.dev.mu.Lock()
+	fill(b.dev.mem[n:2*n], 5)
+	want := bytes.Clone(b.dev.mem[n : 2*n])
+	b.dev.mu.Unlock()
+
+	b.dev.gate.Lock()
+	release := sync.OnceFunc(b.dev.gate.Unlock)
+	t.Cleanup(release)
+	held := time.Now()
+	v, src := buffer(t, n)
+	fill(src, 4)
+	w := newWaiter()
+	wr := request(a, b, 1, 2, fabric.OpWrite)
+	wr.Len, wr.Local = n, v
+	a.f.Post(wr, w)
+	vr, got := buffer(t, n)
+	rd := request(a, b, 1, 2, fabric.OpRead)
+	rd.Len, rd.Local, rd.RemoteAddr = n, vr, n
+	a.f.Post(rd, w)
+	w.none(t, hold)
+	release()
+	for i, name := range []string{"WRITE", "READ"} {
+		if res := w.next(t, 2*time.Second); res.o != fabric.OutcomeOK {
+			t.Fatalf("%s %d after a %v hold: %v", name, i, hold, res.o)
+		}
+	}
+	took := time.Since(held)
+	b.dev.mu.Lock()
+	landed := bytes.Equal(b.dev.mem[:n], src)
+	b.dev.mu.Unlock()
+	if !landed || !bytes.Equal(got, want) {
+		t.Fatalf("bytes wrong: WRITE landed %v, READ right %v", landed, bytes.Equal(got, want))
+	}
+	sa, sb := a.f.Stats(), b.f.Stats()
+	t.Logf("held %v, done after %v; a: %d BUSY NAKs received, %d retransmissions, %d timeouts; b: %d turned away, %d BUSY NAKs sent",
+		hold, took, sa.BusyNaksReceived, sa.Retransmits, sa.Timeouts, sb.Busy, sb.BusyNaksSent)
+	if sa.BusyNaksReceived == 0 || sb.BusyNaksSent == 0 || sb.Busy == 0 || sa.RNRNaks != 0 {
+		t.Errorf("a: %+v; b: %+v", sa, sb)
+	}
+}
+
+// TestBusyForeverFails: a device that never leaves its control change
+// fails its peer's WRITE RETRY_EXCEEDED after (retry_cnt+1) x
+// BusyTimeout (here 2 x 30 ms), not sooner (but for a retry an ordinary
+// timeout used), and not never.
+func TestBusyForeverFails(t *testing.T) {
+	const busyTimeout = 30 * time.Millisecond
+	o := patient
+	o.transport.BusyTimeout = busyTimeout
+	a, b := pair(t, o)
+	connect(t, a, b, 1, 2, 1, 0)
+	b.dev.gate.Lock()
+	t.Cleanup(sync.OnceFunc(b.dev.gate.Unlock))
+	v, _ := buffer(t, 4096)
+	w := newWaiter()
+	wr := request(a, b, 1, 2, fabric.OpWrite)
+	wr.Len, wr.Local = 4096, v
+	start := time.Now()
+	a.f.Post(wr, w)
+	res := w.next(t, 5*time.Second)
+	took, st := time.Since(start), a.f.Stats()
+	t.Logf("failed %v after %v; a %+v", res.o, took, st)
+	// An ordinary timeout (the loop starved for an RTO on a loaded
+	// machine) takes the place of one BusyTimeout.
+	bound := time.Duration(2-min(int(st.Timeouts), 2)) * busyTimeout
+	if res.o != fabric.OutcomeRetryExceeded || took < bound {
+		t.Fatalf("%v after %v, want RETRY_EXCEEDED after %v", res.o, took, bound)
 	}
 }

@@ -70,10 +70,10 @@ type Config struct {
 	// DATA packet, with its IP and UDP headers, fits it.
 	MTU int
 	// Transport is the template of every connection: MaxPayload (if
-	// set, a cap below what the MTUs allow),
-	// Window, Recovery, RTO, DupThresh, ReorderWindow, RetryLimit and
-	// RNRRetry (used until a QP's own arrive with Connect). The identity
-	// fields are filled per connection; Path and CC must be nil (every
+	// set, a cap below what the MTUs allow), Window, Recovery, RTO,
+	// DupThresh, ReorderWindow, BusyTimeout, RetryLimit and RNRRetry
+	// (used until a QP's own arrive with Connect). The identity fields
+	// are filled per connection; Path and CC must be nil (every
 	// connection gets its own policies).
 	Transport transport.Config
 	// Log receives connection events; nil discards them.

@@ -47,7 +47,9 @@
 //     goroutine, with the endpoint's main lock held, inside the device's
 //     data path entered with TryEnter (the transport's Gate): the loop
 //     never waits for a device, and a packet for a device in a control
-//     change is dropped (Stats.Busy) for its sender to resend. Disconnect
+//     change is dropped (Stats.Busy) and answered with a BUSY NAK, for
+//     its sender to resend soon without using up its retries (only a
+//     change longer than Transport.BusyTimeout costs one). Disconnect
 //     (and an unregister, and Close) wait for such a call in progress,
 //     then release the connection's open Incomings inside Enter, which
 //     may wait for the device; afterwards none of its Incomings or its

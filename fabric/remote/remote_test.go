@@ -669,8 +669,8 @@ func TestGoBackN(t *testing.T) {
 }
 
 // TestResponderRefusals: how the responder's answers reach the
-// requester. Busy and Retry at Begin are receiver-not-ready NAKs (the
-// request goes through once the responder takes it); a refusal at
+// requester. Busy at Begin is a BUSY NAK, Retry a receiver-not-ready
+// NAK (the request goes through once the responder takes it); a refusal at
 // Begin, at Place or at Commit fails the request with the matching
 // outcome; every Incoming begun is released once.
 func TestResponderRefusals(t *testing.T) {

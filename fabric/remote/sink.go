@@ -6,14 +6,10 @@ import (
 	"github.com/vstellar/vstellar/transport/wire"
 )
 
-// RNR timers (IB min_rnr_timer encodings) for refusals the responder
-// gives no timer for.
-const (
-	// rnrBusy: the device is briefly busy with a control change (0.01 ms).
-	rnrBusy = 1
-	// rnrStopped: the device is stopped or changing memory (1.28 ms).
-	rnrStopped = 14
-)
+// rnrStopped is the RNR timer (IB min_rnr_timer encoding) for refusals
+// the responder gives no timer for: the device is stopped or changing
+// memory (1.28 ms).
+const rnrStopped = 14
 
 // sink is a connection's transport.Sink: it hands the peer's requests to
 // the local QP's responder as they arrive. Used by the loop only (and by
@@ -35,9 +31,11 @@ var (
 
 // TryEnter implements transport.Gate: the connection enters the local
 // device's data path around every packet and response read that reaches
-// the responder, and drops what the device cannot take now (a control
-// change holds it) rather than wait: the loop serves every device of the
-// host, and a wait for one would stall them all.
+// the responder, and turns away what the device cannot take now (a
+// control change holds it) rather than wait: the loop serves every
+// device of the host, and a wait for one would stall them all. The peer
+// is told with a BUSY NAK, and resends soon without using up its
+// retries (transport, busy.go).
 func (s *sink) TryEnter() bool { return s.resp.TryEnter() }
 
 // Exit implements transport.Gate.
@@ -143,7 +141,9 @@ func beginNAK(o fabric.Outcome, req *fabric.Request) (wire.NAK, uint8) {
 		}
 		return wire.NAKRNR, rnrStopped
 	case fabric.OutcomeBusy:
-		return wire.NAKRNR, rnrBusy
+		// Not an RNR: that would use up the peer's rnr_retry (and fail
+		// it at once with rnr_retry 0) for a control change of ours.
+		return wire.NAKBusy, 0
 	case fabric.OutcomeRetry:
 		return wire.NAKRNR, rnrStopped // come back when the device runs
 	}

@@ -36,14 +36,20 @@ type Stats struct {
 	// packets declared lost from SACKs or the reordering time, not a
 	// timeout. Duplicates: DATA packets received again. RNRNaks:
 	// receiver-not-ready NAKs received (the peer's QP had no receive
-	// posted, or its device was briefly busy).
+	// posted, or its device was stopped).
 	Retransmits, Timeouts, FastRetransmits, Duplicates, RNRNaks uint64
 	// SpuriousRetransmits: retransmissions the sender found unneeded
 	// (the original was acknowledged after all; transport.Stats).
 	SpuriousRetransmits uint64
 	// Busy: DATA packets dropped unreceived because their device was in
-	// a control change (its data-path gate taken); the peer resends them.
-	Busy uint64
+	// a control change (its data-path gate taken, or its Begin answered
+	// busy); the peer, told so, resends them. BusyNaksSent: the BUSY
+	// NAKs that told it (at most one per 10 µs per connection, and one
+	// per probe of the peer's; also about once a millisecond while a
+	// READ response waits for such a device). BusyNaksReceived: those
+	// the peers sent us (a peer device's control change); they cost a
+	// retry only once a whole Transport.BusyTimeout has passed.
+	Busy, BusyNaksSent, BusyNaksReceived uint64
 
 	// Paths are the RTT samples of each path (UDP source port index,
 	// 0..Config.Paths-1) that has any, in path order.
@@ -85,7 +91,7 @@ func (f *Fabric) Stats() Stats {
 		DataSent: ct.DataSent, DataReceived: ct.DataReceived,
 		BytesSent: st.PayloadSent, BytesReceived: st.PayloadReceived, BytesPlaced: ct.BytesPlaced,
 		Retransmits: ct.Retransmits, Timeouts: ct.Timeouts, FastRetransmits: ct.FastRetransmits, SpuriousRetransmits: ct.SpuriousRetransmits,
-		Duplicates: ct.Duplicates, RNRNaks: ct.RNRNaks, Busy: ct.Busy,
+		Duplicates: ct.Duplicates, RNRNaks: ct.RNRNaks, Busy: ct.Busy, BusyNaksSent: ct.BusyNaksSent, BusyNaksReceived: ct.BusyNaksReceived,
 	}
 	for i := range f.rtt {
 		if h := f.rtt[i].Snapshot(); h.Count > 0 {

@@ -37,8 +37,9 @@ func checkPaths(t *testing.T, who string, ps []remote.PathStats, want ...int) {
 // TestStatsTotals: the fabric's totals after real traffic between two
 // fabrics on loopback. A WRITE posted before the peer's QP connects is
 // retransmitted on timeouts until it does, then lands; one the peer's
-// device turns away busy comes back with RNR NAKs and then lands. The
-// counters say so on each side (the sender's RTT samples on its one
+// device turns away busy comes back with BUSY NAKs and then lands, one
+// it turns away as stopped with an RNR NAK. The counters say so on each
+// side (the sender's RTT samples on its one
 // path; the receiver, which sent no data, has none), and they stay
 // when the connections are gone.
 func TestStatsTotals(t *testing.T) {
@@ -74,6 +75,18 @@ func TestStatsTotals(t *testing.T) {
 	if res := w.next(t, 10*time.Second); res.o != fabric.OutcomeOK {
 		t.Fatalf("second WRITE: %v", res.o)
 	}
+	if st := a.f.Stats(); st.RNRNaks != 0 || st.BusyNaksReceived == 0 {
+		t.Errorf("a after the busy device's WRITE: %d RNR NAKs, %d BUSY NAKs", st.RNRNaks, st.BusyNaksReceived)
+	}
+	b.dev.mu.Lock()
+	b.dev.refuse, b.dev.refuseN = fabric.OutcomeRetry, 1
+	b.dev.mu.Unlock()
+	r3 := request(a, b, 1, 2, fabric.OpWrite)
+	r3.Len, r3.Local, r3.RemoteAddr = n2, v2, n1
+	a.f.Post(r3, w)
+	if res := w.next(t, 10*time.Second); res.o != fabric.OutcomeOK {
+		t.Fatalf("third WRITE: %v", res.o)
+	}
 
 	sa, sb := a.f.Stats(), b.f.Stats()
 	t.Logf("a %+v", sa)
@@ -82,10 +95,11 @@ func TestStatsTotals(t *testing.T) {
 	if minPkts := (n1+payload-1)/payload + 1; sa.DataSent < minPkts {
 		t.Errorf("a sent %d DATA packets, want at least %d", sa.DataSent, minPkts)
 	}
-	if sa.Connections != 1 || sa.Retransmits == 0 || sa.Timeouts == 0 || sa.RNRNaks == 0 || sa.BytesSent < n1+n2 || sa.DataReceived != 0 || sa.BytesPlaced != 0 {
+	if sa.Connections != 1 || sa.Retransmits == 0 || sa.Timeouts == 0 || sa.RNRNaks == 0 || sa.BusyNaksReceived == 0 || sa.BytesSent < n1+2*n2 || sa.DataReceived != 0 || sa.BytesPlaced != 0 {
 		t.Errorf("a: %+v", sa)
 	}
-	if sb.BytesPlaced != n1+n2 || sb.DataReceived != sa.DataSent || sb.BytesReceived < n1+n2 || sb.DataSent != 0 || sb.UnknownConn == 0 {
+	if sb.BytesPlaced != n1+2*n2 || sb.DataReceived != sa.DataSent || sb.BytesReceived < n1+2*n2 || sb.DataSent != 0 || sb.UnknownConn == 0 ||
+		sb.Busy == 0 || sb.BusyNaksSent != sa.BusyNaksReceived || sb.BusyNaksReceived != 0 {
 		t.Errorf("b: %+v (a sent %d packets)", sb, sa.DataSent)
 	}
 	checkPaths(t, "a", sa.Paths, 0)
@@ -95,10 +109,10 @@ func TestStatsTotals(t *testing.T) {
 	b.f.Disconnect(fabric.Addr{GID: b.gid, QPN: 2})
 	after := a.f.Stats()
 	if after.Connections != 0 || after.DataSent != sa.DataSent || after.Retransmits != sa.Retransmits || after.Timeouts != sa.Timeouts ||
-		after.RNRNaks != sa.RNRNaks || after.BytesSent != sa.BytesSent || len(after.Paths) != 1 || after.Paths[0].RTT.Count != sa.Paths[0].RTT.Count {
+		after.RNRNaks != sa.RNRNaks || after.BusyNaksReceived != sa.BusyNaksReceived || after.BytesSent != sa.BytesSent || len(after.Paths) != 1 || after.Paths[0].RTT.Count != sa.Paths[0].RTT.Count {
 		t.Errorf("a after disconnecting: %+v, before: %+v", after, sa)
 	}
-	if bAfter := b.f.Stats(); bAfter.BytesPlaced != sb.BytesPlaced || bAfter.DataReceived != sb.DataReceived {
+	if bAfter := b.f.Stats(); bAfter.BytesPlaced != sb.BytesPlaced || bAfter.DataReceived != sb.DataReceived || bAfter.BusyNaksSent != sb.BusyNaksSent {
 		t.Errorf("b after disconnecting: %+v, before: %+v", bAfter, sb)
 	}
 }

@@ -368,6 +368,8 @@ func addStats(t *transport.Stats, s transport.Stats) {
 	t.Invalid += s.Invalid
 	t.BytesPlaced += s.BytesPlaced
 	t.Busy += s.Busy
+	t.BusyNaksSent += s.BusyNaksSent
+	t.BusyNaksReceived += s.BusyNaksReceived
 }
 
 // wake interrupts a blocked read. Called with smu.

@@ -4,7 +4,7 @@ import "errors"
 
 // Parse's errors wrap these, so a receiver can count drops with errors.Is.
 var (
-	// ErrMalformed: the datagram is not a valid version-1 packet.
+	// ErrMalformed: the datagram is not a valid packet of this version.
 	ErrMalformed = errors.New("wire: malformed packet")
 	// ErrVersion: the datagram carries our magic but another version
 	// (it also matches ErrMalformed).
@@ -32,7 +32,7 @@ func perr(msg string) *parseError { return &parseError{msg: "wire: malformed pac
 var (
 	errShort    = perr("shorter than the common header")
 	errMagic    = perr("bad magic")
-	errVersion  = &parseError{msg: "wire: unsupported version (want 2)", version: true}
+	errVersion  = &parseError{msg: "wire: unsupported version (want 3)", version: true}
 	errType     = perr("unknown type")
 	errFlags    = perr("unknown flag bits")
 	errAckFlags = perr("FIRST/LAST/SOLICITED flag on an ACK")

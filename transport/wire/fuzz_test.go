@@ -15,8 +15,9 @@ func FuzzParse(f *testing.F) {
 		f.Add(s.encode(nil))
 	}
 	f.Add([]byte{})
-	f.Add([]byte{0x56, 0x53, 3})
-	f.Add(raw(f, "SEND", func(b []byte) []byte { b[2] = 1; return b }))
+	f.Add([]byte{0x56, 0x53, 4})
+	f.Add(raw(f, "SEND", func(b []byte) []byte { b[2] = 2; return b }))
+	f.Add(raw(f, "ACK BUSY", func(b []byte) []byte { b[53] = 1; return b }))
 	f.Add(raw(f, "ACK NONE", func(b []byte) []byte { return append(b, 0) }))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		in := bytes.Clone(b)

@@ -41,7 +41,7 @@ func checkLayout(t *testing.T, b []byte, fields []field, total int) {
 
 var headerFields = []field{
 	{"magic", 0, []byte{0x56, 0x53}},
-	{"version", 2, []byte{2}},
+	{"version", 2, []byte{3}},
 	// type at 3 is checked per packet type below
 	{"flags", 4, []byte{0x1D}}, // FIRST|RETX|ACK_REQ|SOLICITED for DATA (ACK below)
 	{"reserved", 5, []byte{0}},
@@ -134,7 +134,7 @@ func TestAckLayout(t *testing.T) {
 
 // The constants are the documented sizes.
 func TestConstants(t *testing.T) {
-	if Magic != 0x5653 || Version != 2 || HeaderLen != 40 || DataLen != 40 || AckLen != 64 ||
+	if Magic != 0x5653 || Version != 3 || HeaderLen != 40 || DataLen != 40 || AckLen != 64 ||
 		SACKBits != 256 || MaxMsgLen != 2147483648 || len(Ack{}.SACK)*64 != SACKBits {
 		t.Errorf("constants drifted from docs/wire.md")
 	}
@@ -145,7 +145,7 @@ func TestConstants(t *testing.T) {
 		OpReadResp != 6 || OpCmpSwap != 7 || OpFetchAdd != 8 || OpAtomicResp != 9 {
 		t.Errorf("op codes drifted from docs/wire.md")
 	}
-	if NAKNone != 0 || NAKRNR != 1 || NAKAccess != 2 || NAKInvalid != 3 || NAKRemoteOp != 4 {
+	if NAKNone != 0 || NAKRNR != 1 || NAKAccess != 2 || NAKInvalid != 3 || NAKRemoteOp != 4 || NAKBusy != 5 {
 		t.Errorf("NAK codes drifted from docs/wire.md")
 	}
 }

@@ -191,7 +191,7 @@ func parseAck(b []byte, q *Packet) error {
 	if binary.BigEndian.Uint32(x[4:]) != 0 || binary.BigEndian.Uint16(x[54:]) != 0 {
 		return errAckRsvd
 	}
-	if a.NAK > NAKRemoteOp {
+	if a.NAK > NAKBusy {
 		return errNAK
 	}
 	if a.RNRTimer > maxRNRTimer || (a.NAK != NAKRNR && a.RNRTimer != 0) {

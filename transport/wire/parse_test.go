@@ -53,7 +53,8 @@ func TestParseRejects(t *testing.T) {
 	add("magic byte order", raw(t, "SEND", func(b []byte) []byte { b[0], b[1] = 0x53, 0x56; return b }), errMagic)
 	add("version 0", raw(t, "SEND", func(b []byte) []byte { b[2] = 0; return b }), errVersion)
 	add("version 1", raw(t, "ACK NONE", func(b []byte) []byte { b[2] = 1; return b }), errVersion)
-	add("version 3 short", []byte{0x56, 0x53, 3}, errVersion)
+	add("version 2", raw(t, "ACK BUSY", func(b []byte) []byte { b[2] = 2; return b }), errVersion)
+	add("version 4 short", []byte{0x56, 0x53, 4}, errVersion)
 	add("type 0", raw(t, "SEND", func(b []byte) []byte { b[3] = 0; return b }), errType)
 	add("type 3", raw(t, "ACK NONE", func(b []byte) []byte { b[3] = 3; return b }), errType)
 	for _, bit := range []uint8{1 << 5, 1 << 6, 1 << 7} {
@@ -154,12 +155,13 @@ func TestParseRejects(t *testing.T) {
 	add("ACK reserved 47", raw(t, "ACK RNR", func(b []byte) []byte { b[47] = 1; return b }), errAckRsvd)
 	add("ACK reserved 94", raw(t, "ACK NONE", func(b []byte) []byte { b[94] = 1; return b }), errAckRsvd)
 	add("ACK reserved 95", raw(t, "ACK ACCESS", func(b []byte) []byte { b[95] = 1; return b }), errAckRsvd)
-	add("NAK 5", mod(t, "ACK INVALID", func(s *sample) { s.a.NAK = 5 }), errNAK)
+	add("NAK 6", mod(t, "ACK INVALID", func(s *sample) { s.a.NAK = 6 }), errNAK)
 	add("NAK 255", mod(t, "ACK INVALID", func(s *sample) { s.a.NAK = 255 }), errNAK)
 	add("rnr_timer 32", mod(t, "ACK RNR", func(s *sample) { s.a.RNRTimer = 32 }), errRNRTimer)
 	add("rnr_timer 255", mod(t, "ACK RNR", func(s *sample) { s.a.RNRTimer = 255 }), errRNRTimer)
 	add("rnr_timer without NAK", mod(t, "ACK NONE", func(s *sample) { s.a.RNRTimer = 1 }), errRNRTimer)
 	add("rnr_timer with ACCESS", mod(t, "ACK ACCESS", func(s *sample) { s.a.RNRTimer = 5 }), errRNRTimer)
+	add("rnr_timer with BUSY", mod(t, "ACK BUSY", func(s *sample) { s.a.RNRTimer = 1 }), errRNRTimer)
 	add("nak_msn without NAK", mod(t, "ACK NONE", func(s *sample) { s.a.NAKMSN = 1 }), errNAKMSN)
 
 	for _, c := range cases {
@@ -209,6 +211,7 @@ func TestParseAcceptsEdges(t *testing.T) {
 		{"ACK with RETX and ACK_REQ", mod(t, "ACK NONE", func(s *sample) { s.h.Flags = FlagRetx | FlagAckReq })},
 		{"rnr_timer 0 with RNR", mod(t, "ACK RNR", func(s *sample) { s.a.RNRTimer = 0 })},
 		{"nak_msn 0 with NAK", mod(t, "ACK REMOTE_OP", func(s *sample) { s.a.NAKMSN = 0 })},
+		{"BUSY about msn 0", mod(t, "ACK BUSY", func(s *sample) { s.a.NAKMSN = 0 })},
 		{"all header values at max", mod(t, "SEND", func(s *sample) {
 			s.h.Path, s.h.Tenant, s.h.Conn, s.h.Token = math.MaxUint16, math.MaxUint32, math.MaxUint32, math.MaxUint64
 			s.h.PSN, s.h.TS = math.MaxUint32, math.MinInt64

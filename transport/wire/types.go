@@ -2,10 +2,10 @@ package wire
 
 import "strconv"
 
-// Format constants of version 2.
+// Format constants of version 3.
 const (
 	Magic     = 0x5653 // "VS"
-	Version   = 2
+	Version   = 3
 	HeaderLen = 40  // common header
 	DataLen   = 40  // DATA part, before the payload
 	AckLen    = 64  // ACK part
@@ -70,9 +70,12 @@ const (
 	NAKAccess   NAK = 2 // bad rkey, range or access: the message fails
 	NAKInvalid  NAK = 3 // invalid request
 	NAKRemoteOp NAK = 4 // the responder failed to execute a valid request
+	// NAKBusy: the target is busy for a moment (its device in a control
+	// change) and did not take the packet: resend soon, not a loss.
+	NAKBusy NAK = 5
 )
 
-var nakNames = [...]string{NAKNone: "NONE", NAKRNR: "RNR", NAKAccess: "ACCESS", NAKInvalid: "INVALID", NAKRemoteOp: "REMOTE_OP"}
+var nakNames = [...]string{NAKNone: "NONE", NAKRNR: "RNR", NAKAccess: "ACCESS", NAKInvalid: "INVALID", NAKRemoteOp: "REMOTE_OP", NAKBusy: "BUSY"}
 
 func (n NAK) String() string {
 	if int(n) < len(nakNames) {

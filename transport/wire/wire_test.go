@@ -93,7 +93,7 @@ func samples() []sample {
 		s[i].h.Type = TypeData
 		s[i].d.PayloadLen = uint16(len(s[i].payload))
 	}
-	for n := NAKNone; n <= NAKRemoteOp; n++ {
+	for n := NAKNone; n <= NAKBusy; n++ {
 		a := ack
 		a.NAK = n
 		if n != NAKRNR {
@@ -265,7 +265,7 @@ func TestStrings(t *testing.T) {
 		{OpCmpSwap.String(), "CMP_SWAP"}, {OpFetchAdd.String(), "FETCH_ADD"}, {OpAtomicResp.String(), "ATOMIC_RESP"},
 		{Op(0).String(), "Op(0)"}, {Op(10).String(), "Op(10)"}, {Op(255).String(), "Op(255)"},
 		{NAKNone.String(), "NONE"}, {NAKRNR.String(), "RNR"}, {NAKAccess.String(), "ACCESS"},
-		{NAKInvalid.String(), "INVALID"}, {NAKRemoteOp.String(), "REMOTE_OP"}, {NAK(5).String(), "NAK(5)"},
+		{NAKInvalid.String(), "INVALID"}, {NAKRemoteOp.String(), "REMOTE_OP"}, {NAKBusy.String(), "BUSY"}, {NAK(6).String(), "NAK(6)"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
