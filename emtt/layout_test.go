@@ -76,3 +76,18 @@ func TestRegionLayout(t *testing.T) {
 		}
 	}
 }
+
+// A table's first keys share a cache line, and nothing else of the table
+// need be read to look them up: a translation through one of a device's
+// first four keys reads one line of its table.
+func TestTableLayout(t *testing.T) {
+	if f, _ := reflect.TypeFor[Table]().FieldByName("low"); f.Offset != 0 {
+		t.Errorf("low at byte %d of the table, want first", f.Offset)
+	}
+	for i := range 8 {
+		low := reflect.ValueOf(New(16, nil)).Elem().FieldByName("low")
+		if a, b := low.Index(1).UnsafeAddr(), low.Index(4).UnsafeAddr(); a/64 != b/64 {
+			t.Errorf("table %d: the slots of keys 1 and 4 at %#x and %#x, on different lines", i, a, b)
+		}
+	}
+}
