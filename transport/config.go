@@ -85,6 +85,20 @@ type Config struct {
 	// connection sees; ReorderFixed keeps DupThresh and ReorderWindow
 	// as they are. Go-back-N ignores it.
 	Reordering ReorderMode
+	// NoDupReports: the connection neither reports the DATA packets it
+	// receives twice in its ACKs (wire.FlagDup) nor uses the peer's
+	// reports, so it finds spurious retransmissions by their echoed
+	// timestamps alone: the baseline duplicate reports are measured
+	// against. Go-back-N neither sends nor uses them either way.
+	NoDupReports bool
+	// UndoCuts: when every loss of a congestion event proves spurious
+	// (selective repeat), a CC that is an Undoer takes its cut back
+	// (undo.go). Off by default: on the leaf-spine testbed, where the
+	// sprayers' reordering is the spine queues' delay spread, those
+	// cuts are what keeps the queues short; undoing them saved nothing
+	// for the sprayers and cost bestrtt a tenth of its goodput in drops
+	// (docs/multipath.md, "Undo").
+	UndoCuts bool
 	// RTO bounds and the initial value. Defaults 1 ms, 200 µs, 100 ms.
 	RTOInit, RTOMin, RTOMax time.Duration
 	// RetryLimit: consecutive timeouts without progress before the

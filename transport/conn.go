@@ -44,9 +44,15 @@ type Stats struct {
 	Timeouts, FastRetransmits, RNRNaks            uint64
 	// SpuriousRetransmits counts retransmissions the sender found were
 	// not needed: the original was acknowledged after all (its echoed
-	// timestamp, or an ACK too soon after the retransmission). A lower
-	// bound: the receiver's Duplicates counts every copy it got twice.
+	// timestamp, or an ACK too soon after the retransmission), or the
+	// receiver reported a copy it got twice (wire.FlagDup), each
+	// retransmission at most once. A lower bound: the receiver's
+	// Duplicates counts every copy it got twice.
 	SpuriousRetransmits uint64
+	// CCUndos counts loss episodes (the losses of one congestion cut)
+	// whose every loss proved spurious, and whose cut the congestion
+	// controller (an Undoer) took back.
+	CCUndos uint64
 	// Dropped counts packets refused: another tenant, connection or
 	// token (Foreign), or contradicting the connection's state (Invalid).
 	Foreign, Invalid uint64

@@ -27,6 +27,8 @@ func FuzzConnHandle(f *testing.F) {
 	f.Add(ack, uint32(1))
 	busy := wire.AppendAck(nil, &wire.Header{Tenant: 7, Conn: 2, Token: 0xbbbb}, &wire.Ack{Cum: 1, EchoTS: 1, NAK: wire.NAKBusy, NAKMSN: 0})
 	f.Add(busy, uint32(1))
+	dup := wire.AppendAck(nil, &wire.Header{Tenant: 7, Conn: 2, Token: 0xbbbb, Flags: wire.FlagDup}, &wire.Ack{Cum: 2, EchoTS: 1, MSN: 1, DupPSN: 1})
+	f.Add(dup, uint32(1))
 	f.Fuzz(func(t *testing.T, b []byte, when uint32) {
 		a, peer := newPair(t, transport.Config{Tenant: 7, MaxPayload: 256})
 		peer.posts, a.posts = 0, 3

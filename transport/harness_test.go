@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vstellar/vstellar/transport"
+	"github.com/vstellar/vstellar/transport/netsim"
 	"github.com/vstellar/vstellar/transport/wire"
 )
 
@@ -321,4 +322,57 @@ func (s *side) peerCounter() uint64 {
 		return 0
 	}
 	return s.sink.peer.sink.ctr
+}
+
+// batching is an endpoint that handles what arrives in batches, as the
+// socket endpoint does (one system call reads many datagrams, and the
+// connection acknowledges once after them): a packet waits until hold
+// ns have passed since the first of its batch arrived.
+type batching struct {
+	*endpoint
+	hold int64
+	due  int64 // when the waiting batch is handled (0: none waits)
+	q    [][]byte
+}
+
+func (b *batching) Receive(now int64, pkt []byte) {
+	b.q = append(b.q, bytes.Clone(pkt)) // netsim reuses pkt
+	if b.due == 0 {
+		b.due = now + b.hold
+	}
+}
+
+func (b *batching) Timeout() (int64, bool) {
+	at, ok := b.endpoint.Timeout()
+	if b.due != 0 && (!ok || b.due < at) {
+		return b.due, true
+	}
+	return at, ok
+}
+
+func (b *batching) HandleTimeout(now int64) {
+	if b.due != 0 && now >= b.due {
+		for _, p := range b.q {
+			b.endpoint.Receive(now, p)
+		}
+		b.q, b.due = b.q[:0], 0
+	}
+	if at, ok := b.endpoint.Timeout(); ok && at <= now {
+		b.endpoint.HandleTimeout(now)
+	}
+}
+
+// recording is an endpoint that records the timestamp of every DATA
+// packet that reaches it.
+type recording struct {
+	netsim.Endpoint
+	ts map[int64]bool
+}
+
+func (r *recording) Receive(now int64, pkt []byte) {
+	var p wire.Packet
+	if wire.Parse(pkt, &p) == nil && p.Type == wire.TypeData {
+		r.ts[p.TS] = true
+	}
+	r.Endpoint.Receive(now, pkt)
 }

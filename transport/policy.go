@@ -49,6 +49,24 @@ type CongestionControl interface {
 	OnTimeout(now int64)
 }
 
+// Undoer is what a CongestionControl may also implement so that a cut
+// for losses that all prove spurious (reordering taken for loss) is
+// taken back, as TCP's DSACK-based undo does (RFC 3708; the Eifel
+// response, RFC 4015): the connection marks the start of each loss
+// episode, and undoes it once every loss it reported since has proved
+// spurious, before any timeout.
+type Undoer interface {
+	// MarkUndo is called, at now, before the first OnLoss of a loss
+	// episode: the controller keeps the state it would go back to.
+	MarkUndo(now int64)
+	// Undo is called, at now, when every loss reported to OnLoss since
+	// the last MarkUndo proved spurious, and OnTimeout was not called
+	// in between: the controller takes back the reductions those
+	// losses caused (keeping a larger window if it has grown one since)
+	// and reports whether there were any. At most once per MarkUndo.
+	Undo(now int64) bool
+}
+
 // Pacer is what a CongestionControl may also implement to space the
 // connection's data packets (first transmissions and retransmissions;
 // acknowledgements are never paced): after sending one of n bytes, the

@@ -40,7 +40,20 @@ type receiver struct {
 	busyPending bool
 	busyNaked   bool
 	busyNakAt   int64
+	// Duplicate reports to send (FlagDup), oldest first: DATA packets
+	// received again. Each ACK carries one, and while any is left
+	// another ACK follows, so each duplicate is reported once, as TCP
+	// acknowledges each duplicate segment with its DSACK block.
+	dups  [dupQueue]uint32
+	ndups int
 }
+
+// dupQueue bounds the duplicate reports waiting for an ACK: beyond it,
+// the latest duplicate replaces the newest report waiting. The sender
+// resends at most a window's packets at a time, and an endpoint's ACKs
+// go out after every batch of datagrams it reads, so a handful waits at
+// most.
+const dupQueue = 16
 
 // busyNakInterval is the least time between two BUSY NAKs (but for the
 // sender's probes, which are always answered): a burst of packets the
@@ -84,6 +97,7 @@ func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
 	if wire.SeqLess(d.MSN, r.commit) {
 		// A message already committed: a late duplicate.
 		c.st.Duplicates++
+		r.duplicate(p.PSN)
 		r.ackNow(p)
 		return nil
 	}
@@ -93,6 +107,7 @@ func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
 	}
 	if r.has(p.PSN) {
 		c.st.Duplicates++
+		r.duplicate(p.PSN)
 		r.ackNow(p)
 		return nil
 	}
@@ -184,6 +199,7 @@ func (r *receiver) turnedAway(c *Conn, now int64, p *wire.Packet) error {
 	switch {
 	case wire.SeqLess(d.MSN, r.commit) || r.has(p.PSN):
 		c.st.Duplicates++
+		r.duplicate(p.PSN)
 		r.ackNow(p)
 		return nil
 	case d.MSN-r.commit >= maxMessages:
@@ -281,6 +297,22 @@ func (r *receiver) commitReady(c *Conn, now int64) {
 	}
 }
 
+// duplicate queues a report of psn, a DATA packet received again, for
+// the next ACK: only if we have it (one of a committed message with a
+// psn we never had is not ours to report), with selective repeat (a
+// go-back-N sender resends whole windows and has no use for them), and
+// not with NoDupReports.
+func (r *receiver) duplicate(psn uint32) {
+	if r.cfg.NoDupReports || r.cfg.Recovery != Selective || !r.has(psn) {
+		return
+	}
+	if r.ndups == len(r.dups) {
+		r.ndups--
+	}
+	r.dups[r.ndups] = psn
+	r.ndups++
+}
+
 // ackNow asks for an acknowledgement of p (coalesced: one per Transmit).
 func (r *receiver) ackNow(p *wire.Packet) {
 	r.ackPending, r.echoTS, r.ackPath = true, p.TS, p.Path
@@ -308,6 +340,17 @@ func (r *receiver) appendAck(c *Conn, dst []byte) ([]byte, uint16) {
 	h := c.hdr
 	h.Path, h.PSN, h.TS, h.Flags = r.ackPath, 0, 0, 0
 	h.Token = r.cfg.LocalToken // the token of the stream it acknowledges
+	if r.ndups > 0 {
+		// Still covered: what we have, we keep (cum and seen only grow).
+		h.Flags |= wire.FlagDup
+		a.DupPSN = r.dups[0]
+		r.ndups = copy(r.dups[:], r.dups[1:r.ndups])
+		if r.ndups > 0 {
+			// Another ACK for the next report, echoing nothing: this one
+			// carries the RTT sample.
+			r.ackPending, r.echoTS = true, 0
+		}
+	}
 	return wire.AppendAck(dst, &h, &a), r.ackPath
 }
 

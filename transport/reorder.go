@@ -33,9 +33,10 @@ import "github.com/vstellar/vstellar/transport/wire"
 //   - Spurious: a retransmitted packet whose first acknowledgement echoes
 //     its original's timestamp (every packet's timestamp is unique within
 //     its connection), or comes sooner after the retransmission than the
-//     minimum RTT (RFC 8985, step 2), was delivered the first time: the
-//     retransmission is counted (Stats.SpuriousRetransmits) and the rule
-//     that declared the loss learns from it.
+//     minimum RTT (RFC 8985, step 2), was delivered the first time; so
+//     was one the receiver reports it got again (undo.go). The
+//     retransmission is counted once (Stats.SpuriousRetransmits) and the
+//     rule that declared the loss learns from it.
 //
 // Everything is a function of the packets and the times the connection
 // is given: deterministic, sans-IO. Go-back-N and ReorderFixed keep the
@@ -191,20 +192,28 @@ func (s *sender) checkSpurious(c *Conn, now int64, psn uint32, p *txPkt, echo in
 	if !original && (s.ro.minRTT == 0 || now-p.sentAt >= s.ro.minRTT) {
 		return
 	}
-	c.st.SpuriousRetransmits++
-	if !s.adaptive() {
-		return
+	first := p.spur == 0
+	if first {
+		p.spur = 1
+		c.st.SpuriousRetransmits++
 	}
-	if p.tx == 2 {
-		// The acknowledgement is the original's: it took this long, and
-		// this many later packets were acknowledged before it.
-		win := s.memory()
-		s.ro.age.update(win, now, now-p.firstTS)
-		if s.haveHigh && wire.SeqLess(psn, s.highAcked) {
-			s.ro.degree.update(win, now, int64(s.highAcked-psn))
+	if first && s.adaptive() {
+		if p.tx == 2 {
+			// The acknowledgement is the original's: it took this long,
+			// and this many later packets were acknowledged before it.
+			win := s.memory()
+			s.ro.age.update(win, now, now-p.firstTS)
+			if s.haveHigh && wire.SeqLess(psn, s.highAcked) {
+				s.ro.degree.update(win, now, int64(s.highAcked-psn))
+			}
 		}
+		s.spurious(now, p.lostBy)
 	}
-	s.spurious(now, p.lostBy)
+	if original {
+		// Proof enough to undo a congestion cut; an acknowledgement
+		// sooner than the minimum RTT is only likely the original's.
+		s.originalArrived(c, now, p)
+	}
 }
 
 // spurious widens the reordering window after a loss declared by rule

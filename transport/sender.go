@@ -12,6 +12,13 @@ import (
 // not completed), a power of two.
 const maxMessages = 1024
 
+// pktHistory is how many of the latest packets the sender remembers,
+// four windows: a duplicate report (undo.go) comes a round trip after
+// the retransmission it is about, which may have left a round trip
+// after the original, behind a full window's queue each time, and by
+// then the window has moved on by as much. A power of two.
+const pktHistory = 4 * maxWindow
+
 // Packet states at the sender.
 const (
 	pktInFlight uint8 = iota + 1 // sent, waiting for its acknowledgement
@@ -25,8 +32,11 @@ const (
 type txPkt struct {
 	sentAt  int64
 	firstTS int64 // the timestamp its first transmission carried
+	ackedAt int64 // when it was first acknowledged
 	msn     uint32
 	off     uint32
+	ahead   uint32 // later packets acknowledged before it (then)
+	ep      uint32 // the loss episode that declared it lost (undo.go)
 	n       uint16
 	path    uint16
 	first   bool
@@ -34,6 +44,12 @@ type txPkt struct {
 	state   uint8
 	tx      uint8 // transmissions so far
 	lostBy  uint8 // the rule that last declared it lost (lostByCount, ...)
+	spur    uint8 // its retransmissions counted spurious
+	dups    uint8 // duplicate reports of it (the receiver got a copy again)
+	// arrived: its first transmission is known to have been delivered.
+	arrived bool
+	// epPending: declared lost in episode ep, not (yet) proved spurious.
+	epPending bool
 }
 
 // outMsg is one posted message.
@@ -73,8 +89,9 @@ type sender struct {
 	ssnNxt         uint32
 	cur            uint32 // msn of the message being packetized
 
-	// Packets: win[psn%maxWindow] for psn in [una, nxt).
-	win      [maxWindow]txPkt
+	// Packets: win[psn%pktHistory] for psn in [una, nxt), and what is
+	// left of those acknowledged, for the last pktHistory psns.
+	win      [pktHistory]txPkt
 	una, nxt uint32
 	inFlight int
 	lost     int // packets in pktLost: the retransmission queue
@@ -98,6 +115,7 @@ type sender struct {
 	// peerCommitted: the receiver committed every msn below it.
 	peerCommitted uint32
 	busyState
+	undo undoEpisode
 
 	// Pacing (if the CC is a Pacer): no data packet leaves before
 	// paceNext; paceAt is paceNext while a packet waits for it (the
@@ -143,7 +161,7 @@ func (s *sender) init(cfg *Config) {
 }
 
 func (s *sender) msg(msn uint32) *outMsg { return &s.msgs[msn%maxMessages] }
-func (s *sender) pkt(psn uint32) *txPkt  { return &s.win[psn%maxWindow] }
+func (s *sender) pkt(psn uint32) *txPkt  { return &s.win[psn%pktHistory] }
 
 func (s *sender) post(m Message) (uint32, error) {
 	if s.msnNxt-s.msnUna >= maxMessages {
@@ -408,6 +426,9 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 	for s.una != s.nxt && s.pkt(s.una).state == pktAcked {
 		s.una++
 	}
+	if p.Flags&wire.FlagDup != 0 && c.cfg.Recovery == Selective && !c.cfg.NoDupReports {
+		s.dupReported(c, now, a.DupPSN)
+	}
 	if progress {
 		s.peerFree()
 		s.flushAckRun(c, now)
@@ -503,6 +524,10 @@ func (s *sender) markAcked(c *Conn, now int64, psn uint32) {
 			if s.adaptive() {
 				s.learnAcked(now, psn, p)
 			}
+			if p.state == pktLost {
+				// Declared lost, and acknowledged before it went again.
+				s.originalArrived(c, now, p)
+			}
 		} else if p.tx > 1 {
 			s.checkSpurious(c, now, psn, p, s.echo)
 		}
@@ -513,7 +538,10 @@ func (s *sender) markAcked(c *Conn, now int64, psn uint32) {
 	case pktLost:
 		s.lost--
 	}
-	p.state = pktAcked
+	p.state, p.ackedAt = pktAcked, now
+	if s.haveHigh && wire.SeqLess(psn, s.highAcked) {
+		p.ahead = s.highAcked - psn
+	}
 	if p.sentAt > s.rackSentAt {
 		s.rackSentAt = p.sentAt
 	}
@@ -609,6 +637,9 @@ func (s *sender) lose(c *Conn, now int64, psn uint32, cc bool, why uint8) {
 	p.state = pktLost
 	c.cfg.Path.OnLoss(now, p.path)
 	if cc {
+		if c.cfg.Recovery == Selective && c.cfg.UndoCuts {
+			s.episodeLoss(c, now, p)
+		}
 		c.cfg.CC.OnLoss(now, p.path, p.sentAt)
 	}
 }
@@ -758,6 +789,7 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 		// The peer has not said it is busy for a BusyTimeout: it is
 		// gone, not busy. Everything goes again.
 		s.endBusyMode(lostByTimeout)
+		s.undo.open = false // the timeout's cut is not the episode's
 		c.cfg.CC.OnTimeout(now)
 		c.cfg.Path.OnTimeout(now)
 		s.loseAll(c, now, false, lostByTimeout)

@@ -139,10 +139,12 @@ func spineBytes(before, after [2][]netlab.LinkCounters, leaf int) []uint64 {
 // fabricTotals are the hosts' fabric counters, summed: datagrams, and
 // the connections' DATA packets sent for the first time, resent, resent
 // for nothing as the sender found (spurious), and received twice (what
-// was resent for nothing, as the receiver saw it).
+// was resent for nothing, as the receiver saw it), and the congestion
+// cuts taken back (undos).
 type fabricTotals struct {
 	sent, received                         uint64
 	dataSent, retransmits, spurious, dupes uint64
+	undos                                  uint64
 }
 
 func (b *benchCluster) fabricTotals() fabricTotals {
@@ -156,6 +158,7 @@ func (b *benchCluster) fabricTotals() fabricTotals {
 			t.retransmits += st.Retransmits
 			t.spurious += st.SpuriousRetransmits
 			t.dupes += st.Duplicates
+			t.undos += st.CCUndos
 		}
 	}
 	return t
@@ -164,7 +167,8 @@ func (b *benchCluster) fabricTotals() fabricTotals {
 // sub is t minus an earlier reading u.
 func (t fabricTotals) sub(u fabricTotals) fabricTotals {
 	return fabricTotals{sent: t.sent - u.sent, received: t.received - u.received, dataSent: t.dataSent - u.dataSent,
-		retransmits: t.retransmits - u.retransmits, spurious: t.spurious - u.spurious, dupes: t.dupes - u.dupes}
+		retransmits: t.retransmits - u.retransmits, spurious: t.spurious - u.spurious, dupes: t.dupes - u.dupes,
+		undos: t.undos - u.undos}
 }
 
 // retxFrac is the DATA packets resent per packet sent for the first
@@ -688,7 +692,7 @@ func runSpray(ctx context.Context, o options, r *report) error {
 			key = "_" + sizeKey(uint64(size))
 		}
 		t := r.table(fmt.Sprintf("Permutation traffic, %s WRITEs, both directions: goodput as a fraction of the bisection (%s)", sizeName(uint64(size)), rateName(2*p.bisection())),
-			"selector", "Gb/s", "fraction", "leaf 0 -> spines %", "leaf 1 -> spines %", "wire/goodput", "resent %", "spurious % (seen)", "drops", "UDP lost")
+			"selector", "Gb/s", "fraction", "leaf 0 -> spines %", "leaf 1 -> spines %", "wire/goodput", "resent %", "spurious % (seen)", "CC undos", "drops", "UDP lost")
 		var single []float64
 		var best float64
 		for _, kind := range sprayKinds() {
@@ -717,12 +721,14 @@ func runSpray(ctx context.Context, o options, r *report) error {
 				errQPs += res.errQPs
 				t.row(name, fmt.Sprintf("%.3f", res.gbps), fmt.Sprintf("%.3f", res.frac), spreadCell(res.spread[0]), spreadCell(res.spread[1]),
 					fmt.Sprintf("%.3f", res.wirePerGoodput()), fmt.Sprintf("%.1f", 100*res.fab.retxFrac()),
-					fmt.Sprintf("%.0f (%.0f)", 100*res.fab.spuriousFrac(), 100*res.fab.seenFrac()),
+					fmt.Sprintf("%.0f (%.0f)", 100*res.fab.spuriousFrac(), 100*res.fab.seenFrac()), fmt.Sprint(res.fab.undos),
 					fmt.Sprint(res.drops), fmt.Sprint(int64(res.fab.sent-res.fab.received)))
 				if k == 0 {
 					r.set(kind+"_wire_per_goodput"+key, res.wirePerGoodput())
 					r.set(kind+"_retx_frac"+key, res.fab.retxFrac())
 					r.set(kind+"_spurious_frac"+key, res.fab.spuriousFrac())
+					r.set(kind+"_seen_frac"+key, res.fab.seenFrac())
+					r.set(kind+"_cc_undos"+key, float64(res.fab.undos))
 				}
 			}
 			f := mean(fracs)
@@ -732,7 +738,7 @@ func runSpray(ctx context.Context, o options, r *report) error {
 			if kind == "single" {
 				single = fracs
 				if runs > 1 {
-					t.row("single (mean)", fmt.Sprintf("%.3f", f*2*p.bisection()/1e9), fmt.Sprintf("%.3f", f), "", "", "", "", "", "", "")
+					t.row("single (mean)", fmt.Sprintf("%.3f", f*2*p.bisection()/1e9), fmt.Sprintf("%.3f", f), "", "", "", "", "", "", "", "")
 					r.set("single_frac_min"+key, slices.Min(fracs))
 					r.set("single_frac_max"+key, slices.Max(fracs))
 				}
@@ -749,7 +755,7 @@ func runSpray(ctx context.Context, o options, r *report) error {
 	r.note("each selector on a fresh cluster, the same ECMP hash seed; %v warm-up, then %v measured; goodput = bytes of WRITEs completed (data placed and acknowledged) / time; fraction = goodput / (2 x bisection)", pl.warm, pl.d)
 	r.note("single: one source port per QP, picked by the connection id (an HMAC under the cluster secret, new per run), so which flows collide on a spine varies; it runs %d times, each with another ECMP hash seed, and single_frac is their mean", pl.singleRuns)
 	r.note("spines %%: each leaf's uplink bytes per spine; wire/goodput: bytes on all uplinks (frames, ACKs, retransmissions) per goodput byte, about 1.01-1.02 with no retransmission; drops: frames the uplinks' rate limiters dropped; UDP lost: datagrams the hosts sent less those they received (counters read a moment apart, so +-100 is noise)")
-	r.note("resent %%: DATA packets retransmitted per packet sent for the first time; spurious %%: of those retransmitted, the share the receiver got twice (the original had arrived: the retransmission was not needed), and in parentheses the share the sender itself found spurious (transport.Stats.SpuriousRetransmits); both over the measured interval, so a few in flight at its edges blur them")
+	r.note("resent %%: DATA packets retransmitted per packet sent for the first time; spurious %%: of those retransmitted, the share the receiver got twice (the original had arrived: the retransmission was not needed), and in parentheses the share the sender itself found spurious (transport.Stats.SpuriousRetransmits: by echoed timestamps and the receivers' duplicate reports); both over the measured interval, so a few in flight at its edges blur them; CC undos: CUBIC cuts taken back because every loss that caused one proved spurious (transport.Stats.CCUndos)")
 	return nil
 }
 

@@ -76,6 +76,11 @@ func TestSprayJSON(t *testing.T) {
 		// that the receiver got twice.
 		inRange(t, num, 0, 3, k+"_retx_frac")
 		inRange(t, num, 0, 1, k+"_spurious_frac")
+		// The share the sender found spurious itself (at the window's
+		// edges a retransmission can be counted in one interval and
+		// sent in another), and the cuts CUBIC took back.
+		inRange(t, num, 0, 1.5, k+"_seen_frac")
+		inRange(t, num, 0, 1e6, k+"_cc_undos")
 	}
 }
 

@@ -39,8 +39,10 @@ type Stats struct {
 	// posted, or its device was stopped).
 	Retransmits, Timeouts, FastRetransmits, Duplicates, RNRNaks uint64
 	// SpuriousRetransmits: retransmissions the sender found unneeded
-	// (the original was acknowledged after all; transport.Stats).
-	SpuriousRetransmits uint64
+	// (the original was acknowledged after all, or the peer got the
+	// packet twice; transport.Stats). CCUndos: congestion cuts taken
+	// back because every loss that caused one proved spurious.
+	SpuriousRetransmits, CCUndos uint64
 	// Busy: DATA packets dropped unreceived because their device was in
 	// a control change (its data-path gate taken, or its Begin answered
 	// busy); the peer, told so, resends them. BusyNaksSent: the BUSY
@@ -91,6 +93,7 @@ func (f *Fabric) Stats() Stats {
 		DataSent: ct.DataSent, DataReceived: ct.DataReceived,
 		BytesSent: st.PayloadSent, BytesReceived: st.PayloadReceived, BytesPlaced: ct.BytesPlaced,
 		Retransmits: ct.Retransmits, Timeouts: ct.Timeouts, FastRetransmits: ct.FastRetransmits, SpuriousRetransmits: ct.SpuriousRetransmits,
+		CCUndos:    ct.CCUndos,
 		Duplicates: ct.Duplicates, RNRNaks: ct.RNRNaks, Busy: ct.Busy, BusyNaksSent: ct.BusyNaksSent, BusyNaksReceived: ct.BusyNaksReceived,
 	}
 	for i := range f.rtt {

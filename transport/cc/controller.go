@@ -12,6 +12,7 @@ import (
 type controller interface {
 	transport.CongestionControl
 	transport.Pacer
+	transport.Undoer
 	// Cwnd is the window in packets (fractional; below 1: paced).
 	Cwnd() float64
 }

@@ -15,6 +15,17 @@ type Cubic struct {
 	most     int
 	gain     float64
 
+	cubicState
+	rtt float64 // smoothed RTT (ns)
+
+	// The state MarkUndo kept (marked: it is valid, until a timeout),
+	// and whether a loss reduced the window since (cut).
+	saved       cubicState
+	marked, cut bool
+}
+
+// cubicState is what a reduction changes, and an undo restores.
+type cubicState struct {
 	cwnd, ssthresh float64
 	wMax           float64 // window before the last reduction (fast convergence may lower it)
 	cwndPrior      float64 // window before the last reduction (0: none yet)
@@ -26,13 +37,12 @@ type Cubic struct {
 	inRTO          bool // timed out with no acknowledgement since
 	reduced        bool // lastRed is valid
 	lastRed        int64
-	rtt            float64 // smoothed RTT (ns)
 }
 
 func newCubic(cfg Config) *Cubic {
 	return &Cubic{c: cfg.Cubic.C, beta: cfg.Cubic.Beta, fastConv: !cfg.Cubic.NoFastConvergence,
 		min: cfg.MinCwnd, max: cfg.MaxCwnd, most: cfg.MaxWindow, gain: cfg.PacingGain,
-		cwnd: cfg.InitCwnd, ssthresh: math.Inf(1)}
+		cubicState: cubicState{cwnd: cfg.InitCwnd, ssthresh: math.Inf(1)}}
 }
 
 // Cwnd is the window in packets.
@@ -102,6 +112,27 @@ func (c *Cubic) OnLoss(now int64, _ uint16, sentAt int64) {
 	}
 	c.reduce(now)
 	c.cwnd = c.ssthresh
+	c.cut = true
+}
+
+// MarkUndo implements transport.Undoer: the state before a loss episode.
+func (c *Cubic) MarkUndo(int64) {
+	c.saved, c.marked, c.cut = c.cubicState, true, false
+}
+
+// Undo implements transport.Undoer: the state before the episode's
+// reduction comes back (window, threshold, W_max and K, the epoch and
+// the Reno-friendly estimate, as if the loss had not been), keeping the
+// window if it has grown beyond that since.
+func (c *Cubic) Undo(int64) bool {
+	if !c.marked || !c.cut {
+		return false
+	}
+	w := c.cwnd
+	c.cubicState = c.saved
+	c.cwnd = clamp(max(c.cwnd, w), c.min, c.max)
+	c.marked, c.cut = false, false
+	return true
 }
 
 // OnTimeout implements transport.CongestionControl: the threshold as for
@@ -114,6 +145,7 @@ func (c *Cubic) OnTimeout(now int64) {
 	}
 	c.cwnd = clamp(1, c.min, c.max)
 	c.afterRTO, c.reduced, c.lastRed = true, true, now
+	c.marked = false // no undo past a timeout
 }
 
 // reduce records a congestion event: W_max (fast convergence), the

@@ -64,6 +64,15 @@
 //     every path. Per-path windows start at 1 packet by default, so the
 //     sum grows as paths are heard of.
 //
+// Undo: every controller but fixed is a transport.Undoer. A connection
+// with UndoCuts marks the start of a loss episode and, once all its
+// losses proved spurious (before a timeout), asks for its cut back:
+// CUBIC restores the state it had at the mark (window, ssthresh, W_max
+// and K, the epoch and the Reno-friendly estimate), keeping a larger
+// window if it grew one since; Swift divides its window by the factor
+// its loss decreases cut it by since the mark (what the delay did
+// stays); PerPath asks each path. A timeout forgets the mark.
+//
 // Pacing: every controller is a transport.Pacer. Below one packet it
 // asks for a gap of RTT/cwnd; with PacingGain g > 0 it asks for
 // RTT/(g*cwnd) always, so a window goes out evenly over an RTT rather

@@ -7,14 +7,18 @@ import (
 )
 
 // FuzzEvents feeds a controller, chosen by the first byte, a sequence of
-// acknowledgements, losses and timeouts with arbitrary times, counts,
-// paths and samples: the windows stay finite and within their bounds,
-// Window within [1, MaxWindow], the pacing gap within [0, 1 s].
+// acknowledgements, losses, timeouts, undo marks and undos with
+// arbitrary times, counts, paths and samples: the windows stay finite
+// and within their bounds, Window within [1, MaxWindow], the pacing gap
+// within [0, 1 s]; an undo never shrinks the window.
 func FuzzEvents(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
 	f.Add([]byte{1, 1, 0, 0, 0, 0, 0, 0, 255, 255, 255, 255, 2, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{2, 3, 0, 10, 1, 5, 0, 200, 1, 30, 2, 7, 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{5, 0, 0, 1, 1, 128, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2})
+	// Mark, loss, ack, undo; cubic and per-path swift.
+	f.Add([]byte{2, 0, 3, 0, 1, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 10, 0, 1, 0, 0, 0, 1, 5, 3, 1, 4, 0, 1, 0, 0, 0, 0, 0})
+	f.Add([]byte{4, 1, 3, 2, 1, 0, 0, 0, 0, 0, 1, 2, 1, 0, 0, 10, 0, 1, 4, 2, 1, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) < 2 {
 			return
@@ -41,7 +45,7 @@ func FuzzEvents(f *testing.F) {
 		ctl := cc.(controller)
 		now := int64(0)
 		for b = b[2:]; len(b) >= 8; b = b[8:] {
-			op, path := b[0]%3, uint16(b[1])
+			op, path := b[0]%5, uint16(b[1])
 			dt := int64(int16(binary.LittleEndian.Uint16(b[2:]))) * 1000 // may go back
 			now += dt
 			n := int(int8(b[4]))
@@ -53,6 +57,15 @@ func FuzzEvents(f *testing.F) {
 				cc.OnLoss(now, path, now-rtt)
 			case 2:
 				cc.OnTimeout(now)
+			case 3:
+				ctl.MarkUndo(now)
+			case 4:
+				// (PerPath's sum is added up afresh then: it may drift
+				// by rounding.)
+				prev := ctl.Cwnd()
+				if ctl.Undo(now) && ctl.Cwnd() < prev*(1-1e-9) {
+					t.Fatalf("undo shrank the window from %g to %g", prev, ctl.Cwnd())
+				}
 			}
 			w, c := cc.Window(), ctl.Cwnd()
 			if w < 1 || w > full.MaxWindow {

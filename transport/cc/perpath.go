@@ -78,6 +78,30 @@ func (p *PerPath) OnTimeout(now int64) {
 	}
 }
 
+// MarkUndo implements transport.Undoer: every path's state is kept, as
+// the episode's losses may be on any of them.
+func (p *PerPath) MarkUndo(now int64) {
+	for i := range p.paths {
+		p.paths[i].ctl.MarkUndo(now)
+	}
+}
+
+// Undo implements transport.Undoer: each path takes back its own cuts.
+func (p *PerPath) Undo(now int64) bool {
+	undone := false
+	for i := range p.paths {
+		st := &p.paths[i]
+		if st.ctl.Undo(now) {
+			undone = true
+			st.cwnd = st.ctl.Cwnd()
+		}
+	}
+	if undone {
+		p.resum()
+	}
+	return undone
+}
+
 // PacingGap implements transport.Pacer: the sum's RTT over the window,
 // as a single controller would (srtt is the connection's, over all
 // paths).

@@ -26,6 +26,10 @@ type Swift struct {
 	decreased bool  // lastDec is valid
 	lastDec   int64 // when the window last shrank
 	retx      int   // consecutive timeouts
+	// lossCut: the factor losses cut the window by since MarkUndo
+	// (marked: one was made, and no timeout came since).
+	lossCut float64
+	marked  bool
 }
 
 func newSwift(cfg Config) *Swift {
@@ -101,7 +105,25 @@ func (s *Swift) OnLoss(now int64, _ uint16, _ int64) {
 		prev := s.cwnd
 		s.cwnd *= 1 - s.cfg.MaxMDF
 		s.settle(now, prev)
+		if s.marked && prev > 0 {
+			s.lossCut *= s.cwnd / prev
+		}
 	}
+}
+
+// MarkUndo implements transport.Undoer: a loss episode begins.
+func (s *Swift) MarkUndo(int64) { s.lossCut, s.marked = 1, true }
+
+// Undo implements transport.Undoer: the episode's loss decreases are
+// taken back, the window divided by the factor they cut it by (what
+// the delay did to it since stays).
+func (s *Swift) Undo(int64) bool {
+	if !s.marked || !(s.lossCut < 1) {
+		return false
+	}
+	s.cwnd = clamp(s.cwnd/s.lossCut, s.min, s.max)
+	s.lossCut, s.marked = 1, false
+	return true
 }
 
 // OnTimeout implements transport.CongestionControl: a decrease by MaxMDF
@@ -109,6 +131,7 @@ func (s *Swift) OnLoss(now int64, _ uint16, _ int64) {
 // least window.
 func (s *Swift) OnTimeout(now int64) {
 	s.retx++
+	s.marked = false // no undo past a timeout
 	prev := s.cwnd
 	switch {
 	case s.retx >= s.cfg.RetxReset:

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/vstellar/vstellar/transport"
 )
 
 const us = int64(time.Microsecond)
@@ -281,6 +283,11 @@ func TestNoAllocation(t *testing.T) {
 			_ = c.(interface{ PacingGap(int64, int) int64 }).PacingGap(30*us, 1000)
 			if now%(50*us) == 0 {
 				c.OnTimeout(now)
+			}
+			if u := c.(transport.Undoer); now%(7*us) == 0 {
+				u.MarkUndo(now)
+			} else if now%(11*us) == 0 {
+				u.Undo(now)
 			}
 		})
 		if allocs != 0 {

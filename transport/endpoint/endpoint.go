@@ -363,6 +363,7 @@ func addStats(t *transport.Stats, s transport.Stats) {
 	t.Timeouts += s.Timeouts
 	t.FastRetransmits += s.FastRetransmits
 	t.SpuriousRetransmits += s.SpuriousRetransmits
+	t.CCUndos += s.CCUndos
 	t.RNRNaks += s.RNRNaks
 	t.Foreign += s.Foreign
 	t.Invalid += s.Invalid

@@ -48,7 +48,7 @@ func AppendAck(dst []byte, h *Header, a *Ack) []byte {
 	putHeader(dst[n:n+HeaderLen], h, 0)
 	b := dst[n+HeaderLen : n+HeaderLen+AckLen]
 	binary.BigEndian.PutUint32(b[0:], a.Cum)
-	binary.BigEndian.PutUint32(b[4:], 0)
+	binary.BigEndian.PutUint32(b[4:], a.DupPSN)
 	// The bitmap is a byte string, bit i in byte i/8 LSB first: each
 	// 64-bit word is therefore little-endian.
 	for i, w := range a.SACK {

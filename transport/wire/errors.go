@@ -30,14 +30,15 @@ func (e *parseError) Is(target error) bool {
 func perr(msg string) *parseError { return &parseError{msg: "wire: malformed packet: " + msg} }
 
 var (
-	errShort    = perr("shorter than the common header")
-	errMagic    = perr("bad magic")
-	errVersion  = &parseError{msg: "wire: unsupported version (want 3)", version: true}
-	errType     = perr("unknown type")
-	errFlags    = perr("unknown flag bits")
-	errAckFlags = perr("FIRST/LAST/SOLICITED flag on an ACK")
-	errHdrRsvd  = perr("reserved header field not zero")
-	errAckPSN   = perr("ACK with non-zero psn")
+	errShort     = perr("shorter than the common header")
+	errMagic     = perr("bad magic")
+	errVersion   = &parseError{msg: "wire: unsupported version (want 3)", version: true}
+	errType      = perr("unknown type")
+	errFlags     = perr("unknown flag bits")
+	errAckFlags  = perr("FIRST/LAST/SOLICITED flag on an ACK")
+	errDataFlags = perr("DUP flag on a DATA packet")
+	errHdrRsvd   = perr("reserved header field not zero")
+	errAckPSN    = perr("ACK with non-zero psn")
 
 	errDataShort    = perr("DATA shorter than its headers")
 	errOp           = perr("unknown op")
@@ -60,9 +61,11 @@ var (
 	errAtomicMsgLen = perr("atomic msg_len not equal to its payload")
 	errAtomicAlign  = perr("atomic raddr not 8-byte aligned")
 
-	errAckLen   = perr("ACK datagram of the wrong length")
-	errAckRsvd  = perr("reserved ACK field not zero")
-	errNAK      = perr("unknown NAK code")
-	errRNRTimer = perr("rnr_timer above 31 or set without an RNR NAK")
-	errNAKMSN   = perr("nak_msn set without a NAK")
+	errAckLen       = perr("ACK datagram of the wrong length")
+	errAckRsvd      = perr("reserved ACK field not zero")
+	errNAK          = perr("unknown NAK code")
+	errRNRTimer     = perr("rnr_timer above 31 or set without an RNR NAK")
+	errNAKMSN       = perr("nak_msn set without a NAK")
+	errDupPSN       = perr("dup_psn set without the DUP flag")
+	errDupUncovered = perr("dup_psn of a packet the ACK does not cover")
 )

@@ -19,6 +19,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(raw(f, "SEND", func(b []byte) []byte { b[2] = 2; return b }))
 	f.Add(raw(f, "ACK BUSY", func(b []byte) []byte { b[53] = 1; return b }))
 	f.Add(raw(f, "ACK NONE", func(b []byte) []byte { return append(b, 0) }))
+	f.Add(raw(f, "ACK DUP", func(b []byte) []byte { b[47]++; return b }))
+	f.Add(raw(f, "ACK NONE", func(b []byte) []byte { b[4] |= FlagDup; return b }))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		in := bytes.Clone(b)
 		canary := Packet{Header: Header{Tenant: 0xCA}, Data: Data{MSN: 0xCA}, Ack: Ack{Cum: 0xCA}}
@@ -79,14 +81,14 @@ func FuzzAppendAck(f *testing.F) {
 		if s.h.Type == TypeAck {
 			a := s.a
 			f.Add(s.h.Flags, s.h.Path, s.h.Token, a.Cum, a.SACK[0], a.SACK[1], a.SACK[2], a.SACK[3],
-				a.EchoTS, a.MSN, uint8(a.NAK), a.RNRTimer, a.NAKMSN, a.Credit)
+				a.EchoTS, a.MSN, uint8(a.NAK), a.RNRTimer, a.NAKMSN, a.Credit, a.DupPSN)
 		}
 	}
 	f.Fuzz(func(t *testing.T, flags uint8, path uint16, token uint64, cum uint32, s0, s1, s2, s3 uint64,
-		echo int64, msn uint32, nak, rnr uint8, nakMSN, credit uint32) {
+		echo int64, msn uint32, nak, rnr uint8, nakMSN, credit, dup uint32) {
 		h := Header{Flags: flags, Path: path, Tenant: 1, Conn: 2, Token: token, TS: -echo}
 		a := Ack{Cum: cum, SACK: [4]uint64{s0, s1, s2, s3}, EchoTS: echo, MSN: msn, NAK: NAK(nak),
-			RNRTimer: rnr, NAKMSN: nakMSN, Credit: credit}
+			RNRTimer: rnr, NAKMSN: nakMSN, Credit: credit, DupPSN: dup}
 		b := AppendAck(nil, &h, &a)
 		var p Packet
 		if err := Parse(b, &p); err != nil {
@@ -97,6 +99,10 @@ func FuzzAppendAck(f *testing.F) {
 		}
 		if p.Header != h || p.Ack != a {
 			t.Fatalf("parsed %+v\nencoded %+v %+v", p, h, a)
+		}
+		// A duplicate report is of a packet the ACK covers.
+		if p.Flags&FlagDup != 0 && !p.Ack.Has(p.Ack.DupPSN) || p.Flags&FlagDup == 0 && p.Ack.DupPSN != 0 {
+			t.Fatalf("flags %#x with dup_psn %#x (cum %#x) parsed", p.Flags, p.Ack.DupPSN, cum)
 		}
 		// Has agrees with the bitmap's population in the window.
 		n := 0

@@ -130,6 +130,25 @@ func TestAckLayout(t *testing.T) {
 		{"credit", 100, []byte{0x35, 0x36, 0x37, 0x38}},
 	}, hf...)
 	checkLayout(t, b, fields, 104)
+
+	// A duplicate report: the DUP flag, and dup_psn in the reserved
+	// bytes an ACK without one has.
+	h = hdr(FlagRetx | FlagDup)
+	a.DupPSN = 0x01020300 // below cum
+	b = AppendAck(nil, &h, &a)
+	for i, f := range fields {
+		switch f.off {
+		case 4:
+			fields[i] = field{"flags", 4, []byte{0x24}} // RETX|DUP
+		case 44:
+			fields[i] = field{"dup_psn", 44, []byte{0x01, 0x02, 0x03, 0x00}}
+		}
+	}
+	checkLayout(t, b, fields, 104)
+	var p Packet
+	if err := Parse(b, &p); err != nil || p.Ack.DupPSN != a.DupPSN || p.Flags&FlagDup == 0 {
+		t.Errorf("Parse: %v, dup_psn %#x, flags %#x", err, p.Ack.DupPSN, p.Flags)
+	}
 }
 
 // The constants are the documented sizes.
@@ -138,7 +157,7 @@ func TestConstants(t *testing.T) {
 		SACKBits != 256 || MaxMsgLen != 2147483648 || len(Ack{}.SACK)*64 != SACKBits {
 		t.Errorf("constants drifted from docs/wire.md")
 	}
-	if FlagFirst != 1 || FlagLast != 2 || FlagRetx != 4 || FlagAckReq != 8 || FlagSolicited != 16 {
+	if FlagFirst != 1 || FlagLast != 2 || FlagRetx != 4 || FlagAckReq != 8 || FlagSolicited != 16 || FlagDup != 32 {
 		t.Errorf("flag bits drifted from docs/wire.md")
 	}
 	if OpWrite != 1 || OpWriteImm != 2 || OpSend != 3 || OpSendImm != 4 || OpReadReq != 5 ||

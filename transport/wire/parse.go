@@ -43,6 +43,9 @@ func Parse(b []byte, p *Packet) error {
 	if q.Flags&^flagsAll != 0 {
 		return errFlags
 	}
+	if q.Type == TypeData && q.Flags&flagsAckOnly != 0 {
+		return errDataFlags
+	}
 	if b[5] != 0 || binary.BigEndian.Uint32(b[28:]) != 0 {
 		return errHdrRsvd
 	}
@@ -184,12 +187,20 @@ func parseAck(b []byte, q *Packet) error {
 		RNRTimer: x[53],
 		NAKMSN:   binary.BigEndian.Uint32(x[56:]),
 		Credit:   binary.BigEndian.Uint32(x[60:]),
+		DupPSN:   binary.BigEndian.Uint32(x[4:]),
 	}
 	for i := range a.SACK {
 		a.SACK[i] = binary.LittleEndian.Uint64(x[8+8*i:])
 	}
-	if binary.BigEndian.Uint32(x[4:]) != 0 || binary.BigEndian.Uint16(x[54:]) != 0 {
+	if binary.BigEndian.Uint16(x[54:]) != 0 {
 		return errAckRsvd
+	}
+	switch {
+	case q.Flags&FlagDup == 0 && a.DupPSN != 0:
+		return errDupPSN
+	case q.Flags&FlagDup != 0 && !a.Has(a.DupPSN):
+		// A copy of a packet the receiver says it does not have.
+		return errDupUncovered
 	}
 	if a.NAK > NAKBusy {
 		return errNAK

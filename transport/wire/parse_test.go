@@ -57,12 +57,16 @@ func TestParseRejects(t *testing.T) {
 	add("version 4 short", []byte{0x56, 0x53, 4}, errVersion)
 	add("type 0", raw(t, "SEND", func(b []byte) []byte { b[3] = 0; return b }), errType)
 	add("type 3", raw(t, "ACK NONE", func(b []byte) []byte { b[3] = 3; return b }), errType)
-	for _, bit := range []uint8{1 << 5, 1 << 6, 1 << 7} {
+	for _, bit := range []uint8{1 << 6, 1 << 7} {
 		add("DATA flag bit", mod(t, "SEND", func(s *sample) { s.h.Flags |= bit }), errFlags)
 		add("ACK flag bit", mod(t, "ACK NONE", func(s *sample) { s.h.Flags |= bit }), errFlags)
+		add("ACK DUP flag bit", mod(t, "ACK DUP", func(s *sample) { s.h.Flags |= bit }), errFlags)
 	}
 	for _, f := range []uint8{FlagFirst, FlagLast, FlagSolicited} {
 		add("ACK with DATA flag", mod(t, "ACK NONE", func(s *sample) { s.h.Flags |= f }), errAckFlags)
+	}
+	for _, n := range []string{"SEND", "READ_RESP middle", "WRITE last"} {
+		add("DUP on "+n, mod(t, n, func(s *sample) { s.h.Flags |= FlagDup }), errDataFlags)
 	}
 	add("header reserved 5", raw(t, "SEND", func(b []byte) []byte { b[5] = 1; return b }), errHdrRsvd)
 	add("header reserved 28", raw(t, "ACK NONE", func(b []byte) []byte { b[28] = 0x80; return b }), errHdrRsvd)
@@ -151,8 +155,16 @@ func TestParseRejects(t *testing.T) {
 	add("ACK short", raw(t, "ACK NONE", func(b []byte) []byte { return b[:len(b)-1] }), errAckLen)
 	add("ACK long", raw(t, "ACK NONE", func(b []byte) []byte { return append(b, 0) }), errAckLen)
 	add("ACK header only", raw(t, "ACK NONE", func(b []byte) []byte { return b[:HeaderLen] }), errAckLen)
-	add("ACK reserved 44", raw(t, "ACK NONE", func(b []byte) []byte { b[44] = 1; return b }), errAckRsvd)
-	add("ACK reserved 47", raw(t, "ACK RNR", func(b []byte) []byte { b[47] = 1; return b }), errAckRsvd)
+	add("dup_psn without DUP 44", raw(t, "ACK NONE", func(b []byte) []byte { b[44] = 1; return b }), errDupPSN)
+	add("dup_psn without DUP 47", raw(t, "ACK RNR", func(b []byte) []byte { b[47] = 1; return b }), errDupPSN)
+	// The sample's Cum is 0xFFFFFFF0; its SACK bitmap has bits 0 and 63
+	// of word 0 set, bit 15 (cum+16, psn 0) clear.
+	add("DUP of psn 0, not covered", mod(t, "ACK DUP", func(s *sample) { s.a.DupPSN = 0 }), errDupUncovered)
+	add("DUP of cum", mod(t, "ACK DUP", func(s *sample) { s.a.DupPSN = s.a.Cum }), errDupUncovered)
+	add("DUP of cum+2 (SACK bit clear)", mod(t, "ACK DUP", func(s *sample) { s.a.DupPSN = s.a.Cum + 2 }), errDupUncovered)
+	add("DUP beyond the bitmap", mod(t, "ACK DUP", func(s *sample) { s.a.SACK[3] = math.MaxUint64; s.a.DupPSN = s.a.Cum + SACKBits + 1 }), errDupUncovered)
+	add("DUP 2^31 before cum", mod(t, "ACK DUP", func(s *sample) { s.a.DupPSN = s.a.Cum - 1<<31 }), errDupUncovered)
+	add("DUP with NAK, not covered", mod(t, "ACK BUSY", func(s *sample) { s.h.Flags |= FlagDup; s.a.DupPSN = s.a.Cum }), errDupUncovered)
 	add("ACK reserved 94", raw(t, "ACK NONE", func(b []byte) []byte { b[94] = 1; return b }), errAckRsvd)
 	add("ACK reserved 95", raw(t, "ACK ACCESS", func(b []byte) []byte { b[95] = 1; return b }), errAckRsvd)
 	add("NAK 6", mod(t, "ACK INVALID", func(s *sample) { s.a.NAK = 6 }), errNAK)
@@ -212,6 +224,12 @@ func TestParseAcceptsEdges(t *testing.T) {
 		{"rnr_timer 0 with RNR", mod(t, "ACK RNR", func(s *sample) { s.a.RNRTimer = 0 })},
 		{"nak_msn 0 with NAK", mod(t, "ACK REMOTE_OP", func(s *sample) { s.a.NAKMSN = 0 })},
 		{"BUSY about msn 0", mod(t, "ACK BUSY", func(s *sample) { s.a.NAKMSN = 0 })},
+		{"DUP of cum-1", mod(t, "ACK DUP", func(s *sample) { s.a.DupPSN = s.a.Cum - 1 })},
+		{"DUP of 2^31-1 before cum", mod(t, "ACK DUP", func(s *sample) { s.a.DupPSN = s.a.Cum - (1<<31 - 1) })},
+		{"DUP of cum+1 (SACK bit 0)", mod(t, "ACK DUP", func(s *sample) { s.a.DupPSN = s.a.Cum + 1 })},
+		{"DUP of cum+256 (SACK bit 255)", mod(t, "ACK DUP", func(s *sample) { s.a.SACK[3] |= 1 << 63; s.a.DupPSN = s.a.Cum + SACKBits })},
+		{"DUP of psn 0", mod(t, "ACK DUP", func(s *sample) { s.a.SACK[0] |= 1 << 15; s.a.DupPSN = 0 })},
+		{"DUP with a BUSY NAK", mod(t, "ACK BUSY", func(s *sample) { s.h.Flags |= FlagDup; s.a.DupPSN = s.a.Cum - 3 })},
 		{"all header values at max", mod(t, "SEND", func(s *sample) {
 			s.h.Path, s.h.Tenant, s.h.Conn, s.h.Token = math.MaxUint16, math.MaxUint32, math.MaxUint32, math.MaxUint64
 			s.h.PSN, s.h.TS = math.MaxUint32, math.MinInt64

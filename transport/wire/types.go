@@ -84,16 +84,20 @@ func (n NAK) String() string {
 	return "NAK(" + strconv.Itoa(int(n)) + ")"
 }
 
-// Header flags (common header byte 4). Bits 5..7 must be zero.
+// Header flags (common header byte 4). Bits 6..7 must be zero.
 const (
 	FlagFirst     uint8 = 1 << 0 // first packet of a message (DATA only)
 	FlagLast      uint8 = 1 << 1 // last packet of a message (DATA only)
 	FlagRetx      uint8 = 1 << 2 // retransmission
 	FlagAckReq    uint8 = 1 << 3 // ask for an immediate ACK
 	FlagSolicited uint8 = 1 << 4 // SEND/SEND_IMM/WRITE_IMM solicited event (DATA only)
+	// FlagDup (ACK only): the receiver got DATA packet Ack.DupPSN again,
+	// a copy of one it had (a duplicate report, like TCP's DSACK).
+	FlagDup uint8 = 1 << 5
 
-	flagsAll      = FlagFirst | FlagLast | FlagRetx | FlagAckReq | FlagSolicited
+	flagsAll      = FlagFirst | FlagLast | FlagRetx | FlagAckReq | FlagSolicited | FlagDup
 	flagsDataOnly = FlagFirst | FlagLast | FlagSolicited
+	flagsAckOnly  = FlagDup
 )
 
 // maxRNRTimer is the largest IB min_rnr_timer encoding (5 bits).
@@ -137,6 +141,9 @@ type Ack struct {
 	RNRTimer uint8  // IB min_rnr_timer encoding, with NAKRNR; else 0
 	NAKMSN   uint32 // the message the NAK is about; 0 with NAKNone
 	Credit   uint32 // receiver-granted credit; 0 = none
+	// DupPSN, with FlagDup in the header: a DATA packet the receiver got
+	// again (the ACK covers it); 0 without the flag.
+	DupPSN uint32
 }
 
 // Packet is a parsed packet. Data is set for TypeData, Ack for TypeAck;

@@ -104,6 +104,12 @@ func samples() []sample {
 		}
 		s = append(s, sample{name: "ACK " + n.String(), h: ackHdr, a: a})
 	}
+	// A duplicate report: psn 0xFFFFFF00 is below cum.
+	dup := ack
+	dup.NAK, dup.RNRTimer, dup.NAKMSN, dup.DupPSN = NAKNone, 0, 0, 0xFFFFFF00
+	dupHdr := ackHdr
+	dupHdr.Flags |= FlagDup
+	s = append(s, sample{name: "ACK DUP", h: dupHdr, a: dup})
 	return s
 }
 
@@ -287,10 +293,10 @@ func TestErrorsWrap(t *testing.T) {
 
 // Every rejection reason has its own message, so a log line names the rule.
 func TestErrorMessagesDistinct(t *testing.T) {
-	all := []*parseError{errShort, errMagic, errVersion, errType, errFlags, errAckFlags, errHdrRsvd, errAckPSN,
+	all := []*parseError{errShort, errMagic, errVersion, errType, errFlags, errAckFlags, errDataFlags, errHdrRsvd, errAckPSN,
 		errDataShort, errOp, errDataRsvd, errPayloadLen, errMsgLen, errRange, errFirst, errLast, errSolicited,
 		errSSN, errImm, errRKey, errRAddr, errRespRAddr, errRAddrWrap, errReadPayload, errReadOffset,
-		errAtomicLen, errAtomicMsgLen, errAtomicAlign, errAckLen, errAckRsvd, errNAK, errRNRTimer, errNAKMSN}
+		errAtomicLen, errAtomicMsgLen, errAtomicAlign, errAckLen, errAckRsvd, errNAK, errRNRTimer, errNAKMSN, errDupPSN, errDupUncovered}
 	seen := map[string]bool{}
 	for _, e := range all {
 		m := e.Error()
