@@ -83,15 +83,7 @@ func (s gatedSource) ReadAt(p []byte, off uint64) bool {
 func gate(t *testing.T, s *side, cfg transport.Config, second bool, busy func() bool) *gatedSink {
 	t.Helper()
 	g := &gatedSink{sink: s.sink, busy: busy}
-	cfg.LocalConn, cfg.LocalToken, cfg.RemoteConn, cfg.RemoteToken = 1, 0xaaaa, 2, 0xbbbb
-	if second {
-		cfg.LocalConn, cfg.LocalToken, cfg.RemoteConn, cfg.RemoteToken = 2, 0xbbbb, 1, 0xaaaa
-	}
-	c, err := transport.NewConn(cfg, g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.ep.c = c
+	remake(t, s, cfg, second, g)
 	return g
 }
 
