@@ -78,8 +78,10 @@ func TestInlineSendBringsTimerForward(t *testing.T) {
 	if err := e.Submit(1, transport.Message{Op: wire.OpWrite, Len: 8, Src: bytesSrc(make([]byte, 8))}); err != nil {
 		t.Fatal(err)
 	}
-	if st := e.Stats(); st.Sent != 1 {
-		t.Fatalf("%d datagrams sent inline, want 1", st.Sent)
+	// Counted apart from the loop's sends: by the time we look, a loaded
+	// machine may have let the 300 µs RTO fire and the loop resend.
+	if n := e.xsent.Load(); n != 1 {
+		t.Fatalf("%d datagrams sent inline, want 1", n)
 	}
 	e.smu.Lock()
 	armed := e.armed
