@@ -259,3 +259,54 @@ func BenchmarkTranslate(b *testing.B) {
 		dst, _ = tab.Translate(dst[:0], nil, r.Key, 1, abi.AccessRemoteWrite, 4096, 4096)
 	}
 }
+
+// Keys in every part of the table work alike: the slots inside it, the
+// first lazily allocated chunk (past them) and later chunks. Each sees
+// them all, a removed key finds nothing wherever it lived, and a slot
+// reused after removal gets a new key.
+func TestKeysAcrossChunks(t *testing.T) {
+	mem, _ := guestRAM(t)
+	const n = 2100 // past the inline slots, chunk 0 and chunk 1
+	tab := emtt.New(n, nil)
+	keys := make([]emtt.Key, 0, n)
+	for i := range n {
+		r, err := tab.Insert(mem, emtt.Spec{PD: 1, Access: rw, IOVA: uint64(i) << 12, Length: 4096, Spans: []emtt.Span{{GPA: uint64(i%256) << 12, Len: 4096}}})
+		if err != nil {
+			t.Fatalf("region %d: %v", i, err)
+		}
+		keys = append(keys, r.Key)
+	}
+	if _, err := tab.Insert(mem, emtt.Spec{PD: 1, Access: rw, IOVA: 0, Length: 4096, Spans: []emtt.Span{{GPA: 0, Len: 4096}}}); !errors.Is(err, emtt.ErrFull) {
+		t.Fatalf("region %d of %d: %v, want ErrFull", n+1, n, err)
+	}
+	for i, k := range keys {
+		v, err := tab.Translate(nil, nil, k, 1, abi.AccessRemoteWrite, uint64(i)<<12+8, 8)
+		if err != nil || len(v) != 1 || v[0].Len() != 8 {
+			t.Fatalf("key %d (%#x): %v %v", i, uint32(k), v, err)
+		}
+	}
+	seen := 0
+	tab.Each(func(*emtt.Region) { seen++ })
+	if seen != n || tab.Len() != n {
+		t.Fatalf("Each saw %d, Len %d, want %d", seen, tab.Len(), n)
+	}
+	for _, i := range []int{1, 63, 64, 1023, 1024, 2047, 2048} {
+		k := keys[i-1] // keys[i-1] has index i: index 0 is never used
+		if k.Index() != uint32(i) {
+			t.Fatalf("key %d has index %d", i-1, k.Index())
+		}
+		if _, err := tab.Remove(k); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tab.Lookup(k); !errors.Is(err, emtt.ErrNoKey) {
+			t.Fatalf("removed key of index %d: %v", i, err)
+		}
+		r, err := tab.Insert(mem, emtt.Spec{PD: 1, Access: rw, IOVA: 0, Length: 4096, Spans: []emtt.Span{{GPA: 0, Len: 4096}}})
+		if err != nil || r.Key.Index() != uint32(i) || r.Key == k {
+			t.Fatalf("reinsert after removing index %d: key %#x (was %#x), %v", i, uint32(r.Key), uint32(k), err)
+		}
+		if got, err := tab.Lookup(r.Key); err != nil || got != r {
+			t.Fatalf("reinserted index %d: %v", i, err)
+		}
+	}
+}

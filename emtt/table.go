@@ -10,22 +10,28 @@ import (
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
-// keysPerChunk is the number of slots per lazily allocated chunk.
-const keysPerChunk = 1024
+// lowKeys is the number of key slots inside the table; keysPerChunk the
+// number per lazily allocated chunk, which hold the keys past them.
+const (
+	lowKeys      = 64
+	keysPerChunk = 1024
+)
 
 type chunk [keysPerChunk]atomic.Pointer[Region]
 
 // Table is a device's translation table.
 type Table struct {
-	// low is the first chunk, inside the table and first in it: the slot
-	// of a key below keysPerChunk (most devices never register more MRs)
-	// is at a fixed offset from the table, so reading it waits for no
-	// other load, and a device's first keys share one cache line, which
-	// is all of the table a translation through them reads (max is only
-	// read for a key past low; TestTableLayout).
-	low  chunk
+	// low holds the slots of the first lowKeys keys (most devices never
+	// register more MRs), first in the table: such a key's slot is at a
+	// fixed offset from the table, so reading it waits for no other load,
+	// and looking one up reads nothing else of the table (max is read
+	// only for a key past low; TestTableLayout). It is small on purpose:
+	// a thousand devices' tables are then a few hundred KiB of dense
+	// memory, where 8 KiB tables spread their hot lines over as many pages
+	// (and TLB entries) as devices.
+	low  [lowKeys]atomic.Pointer[Region]
 	max  uint32
-	dir  []atomic.Pointer[chunk] // dir[0] is &low
+	dir  []atomic.Pointer[chunk] // chunk c: keys c*keysPerChunk.. (below lowKeys: in low)
 	pins *pvdma.Cache            // nil: nothing is pinned
 
 	misses atomic.Uint64 // translations refused
@@ -53,24 +59,25 @@ func New(max uint32, pins *pvdma.Cache) *Table {
 		pins: pins,
 		next: 1,
 	}
-	t.dir[0].Store(&t.low)
 	return t
 }
 
 // Lookup returns the live region key names. Lock-free.
 func (t *Table) Lookup(k Key) (*Region, error) {
 	i := k.Index()
-	c := &t.low // no index above max has a region: no need to read max
-	if i >= keysPerChunk {
+	var r *Region
+	if i < lowKeys {
+		r = t.low[i].Load() // no index above max has a region: no need to read max
+	} else {
 		if i > t.max {
 			return nil, fmt.Errorf("key %#x: %w", uint32(k), ErrNoKey)
 		}
-		c = t.dir[i/keysPerChunk].Load()
+		c := t.dir[i/keysPerChunk].Load()
+		if c == nil {
+			return nil, fmt.Errorf("key %#x: %w", uint32(k), ErrNoKey)
+		}
+		r = c[i%keysPerChunk].Load()
 	}
-	if c == nil {
-		return nil, fmt.Errorf("key %#x: %w", uint32(k), ErrNoKey)
-	}
-	r := c[i%keysPerChunk].Load()
 	if r == nil || r.Key != k {
 		return nil, fmt.Errorf("key %#x: %w", uint32(k), ErrNoKey)
 	}
@@ -150,7 +157,7 @@ func (t *Table) Insert(mem *guestmem.Table, s Spec) (*Region, error) {
 		return nil, err
 	}
 	r.Key = Key(idx<<8 | uint32(t.tags[idx]))
-	t.storeLocked(idx, r)
+	t.slotLocked(idx).Store(r)
 	t.n++
 	return r, nil
 }
@@ -165,7 +172,7 @@ func (t *Table) Remove(k Key) (*Region, error) {
 		return nil, err
 	}
 	i := k.Index()
-	t.dir[i/keysPerChunk].Load()[i%keysPerChunk].Store(nil)
+	t.slotLocked(i).Store(nil)
 	t.tags[i]++
 	t.free = append(t.free, i)
 	t.n--
@@ -189,6 +196,11 @@ func (t *Table) Each(fn func(*Region)) {
 }
 
 func (t *Table) eachLocked(fn func(*Region)) {
+	for j := range t.low {
+		if r := t.low[j].Load(); r != nil {
+			fn(r)
+		}
+	}
 	for ci := range t.dir {
 		c := t.dir[ci].Load()
 		if c == nil {
@@ -209,7 +221,7 @@ func (t *Table) Clear() {
 	defer t.mu.Unlock()
 	t.eachLocked(func(r *Region) {
 		i := r.Key.Index()
-		t.dir[i/keysPerChunk].Load()[i%keysPerChunk].Store(nil)
+		t.slotLocked(i).Store(nil)
 		t.tags[i]++
 		t.free = append(t.free, i)
 		r.hold.Release()
@@ -241,7 +253,7 @@ func (t *Table) Rebind(mem *guestmem.Table) (invalidated int) {
 			_ = nr.pinAll()
 		}
 		i := r.Key.Index()
-		t.dir[i/keysPerChunk].Load()[i%keysPerChunk].Store(&nr)
+		t.slotLocked(i).Store(&nr)
 		r.hold.Release()
 	})
 	return invalidated
@@ -312,11 +324,16 @@ func (t *Table) allocLocked() (uint32, error) {
 	return i, nil
 }
 
-func (t *Table) storeLocked(i uint32, r *Region) {
+// slotLocked is key index i's slot, its chunk allocated if need be.
+// Writers only, with mu.
+func (t *Table) slotLocked(i uint32) *atomic.Pointer[Region] {
+	if i < lowKeys {
+		return &t.low[i]
+	}
 	c := t.dir[i/keysPerChunk].Load()
 	if c == nil {
 		c = new(chunk)
 		t.dir[i/keysPerChunk].Store(c)
 	}
-	c[i%keysPerChunk].Store(r)
+	return &c[i%keysPerChunk]
 }
