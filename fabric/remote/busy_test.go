@@ -31,16 +31,11 @@ func TestBusyDeviceStallsOnlyItself(t *testing.T) {
 	connect(t, a, b, 1, 2, 7, 7)    // to the device that will be held
 	connect(t, a, free, 3, 4, 7, 7) // to the other
 
-	b.dev.gate.Lock() // a control change of b's first device begins
-	release := sync.OnceFunc(b.dev.gate.Unlock)
-	t.Cleanup(release) // before the hosts close, if the test fails
+	release := holdDevice(t, b) // a control change of b's first device begins
 	held := time.Now()
 	const n = 64 << 10
-	v, src := buffer(t, n)
-	fill(src, 1)
+	r, src := writeOf(t, a, b, 1, 2, n, 1)
 	wHeld := newWaiter()
-	r := request(a, b, 1, 2, fabric.OpWrite)
-	r.Len, r.Local = n, v
 	a.f.Post(r, wHeld)
 
 	// The other device's traffic goes on: 16 WRITEs, then a READ back.
@@ -152,15 +147,10 @@ func TestBusyOutlastsRetryBudget(t *testing.T) {
 	want := bytes.Clone(b.dev.mem[n : 2*n])
 	b.dev.mu.Unlock()
 
-	b.dev.gate.Lock()
-	release := sync.OnceFunc(b.dev.gate.Unlock)
-	t.Cleanup(release)
+	release := holdDevice(t, b)
 	held := time.Now()
-	v, src := buffer(t, n)
-	fill(src, 4)
+	wr, src := writeOf(t, a, b, 1, 2, n, 4)
 	w := newWaiter()
-	wr := request(a, b, 1, 2, fabric.OpWrite)
-	wr.Len, wr.Local = n, v
 	a.f.Post(wr, w)
 	vr, got := buffer(t, n)
 	rd := request(a, b, 1, 2, fabric.OpRead)
@@ -198,12 +188,9 @@ func TestBusyForeverFails(t *testing.T) {
 	o.transport.BusyTimeout = busyTimeout
 	a, b := pair(t, o)
 	connect(t, a, b, 1, 2, 1, 0)
-	b.dev.gate.Lock()
-	t.Cleanup(sync.OnceFunc(b.dev.gate.Unlock))
-	v, _ := buffer(t, 4096)
+	holdDevice(t, b)
 	w := newWaiter()
-	wr := request(a, b, 1, 2, fabric.OpWrite)
-	wr.Len, wr.Local = 4096, v
+	wr, _ := writeOf(t, a, b, 1, 2, 4096, 0)
 	start := time.Now()
 	a.f.Post(wr, w)
 	res := w.next(t, 5*time.Second)

@@ -417,3 +417,24 @@ func connect(t testing.TB, a, b *host, qa, qb uint32, retry, rnr uint8) {
 func request(a, b *host, qa, qb uint32, op fabric.Op) *fabric.Request {
 	return &fabric.Request{Op: op, Src: fabric.Addr{GID: a.gid, QPN: qa}, Dst: fabric.Addr{GID: b.gid, QPN: qb}, RKey: memKey}
 }
+
+// writeOf builds a WRITE of n bytes (fill's pattern from seed) from a's
+// qa to offset 0 of b's qb, and returns it with the bytes it writes.
+func writeOf(t testing.TB, a, b *host, qa, qb uint32, n int, seed byte) (*fabric.Request, []byte) {
+	t.Helper()
+	v, src := buffer(t, n)
+	fill(src, seed)
+	r := request(a, b, qa, qb, fabric.OpWrite)
+	r.Len, r.Local = uint64(n), v
+	return r, src
+}
+
+// holdDevice takes h's device's data-path gate, as a control change
+// does, and returns what lets it go: callable more than once, and run at
+// cleanup too (before the hosts close) if the test ends first.
+func holdDevice(t testing.TB, h *host) (release func()) {
+	h.dev.gate.Lock()
+	release = sync.OnceFunc(h.dev.gate.Unlock)
+	t.Cleanup(release)
+	return release
+}
