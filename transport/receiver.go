@@ -92,29 +92,35 @@ func (r *receiver) shift() {
 	r.nxt++
 }
 
-func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
+// screen handles a DATA packet that needs nothing but the receiving
+// state: a duplicate, acknowledged and reported, or one beyond the
+// message or packet window, refused. done is false for a packet still to
+// receive.
+func (r *receiver) screen(c *Conn, p *wire.Packet) (done bool, err error) {
 	d := &p.Data
-	if wire.SeqLess(d.MSN, r.commit) {
-		// A message already committed: a late duplicate.
+	switch {
+	case wire.SeqLess(d.MSN, r.commit) || r.has(p.PSN) && d.MSN-r.commit < maxMessages:
+		// A late duplicate of a message already committed, or a packet
+		// we have.
 		c.st.Duplicates++
 		r.duplicate(p.PSN)
 		r.ackNow(p)
-		return nil
-	}
-	if d.MSN-r.commit >= maxMessages {
+		return true, nil
+	case d.MSN-r.commit >= maxMessages:
 		c.st.Invalid++
-		return fmt.Errorf("msn %d beyond the window at %d: %w", d.MSN, r.commit, ErrInvalid)
-	}
-	if r.has(p.PSN) {
-		c.st.Duplicates++
-		r.duplicate(p.PSN)
-		r.ackNow(p)
-		return nil
-	}
-	if p.PSN-r.nxt >= maxWindow {
+		return true, fmt.Errorf("msn %d beyond the window at %d: %w", d.MSN, r.commit, ErrInvalid)
+	case p.PSN-r.nxt >= maxWindow:
 		c.st.Invalid++
-		return fmt.Errorf("psn %d beyond the window at %d: %w", p.PSN, r.nxt, ErrInvalid)
+		return true, fmt.Errorf("psn %d beyond the window at %d: %w", p.PSN, r.nxt, ErrInvalid)
 	}
+	return false, nil
+}
+
+func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
+	if done, err := r.screen(c, p); done {
+		return err
+	}
+	d := &p.Data
 	if c.cfg.Recovery == GoBackN && p.PSN != r.nxt {
 		// Hardware RNICs drop what is out of order and say where they
 		// are: the duplicate acknowledgement makes the sender go back.
@@ -189,25 +195,14 @@ func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
 
 // turnedAway answers DATA packet p, which the sink's gate turned away
 // (its device is in a control change): p is not received, and nothing
-// of the receiving state changes. A packet received before is
-// acknowledged as a duplicate (that needs no sink), one outside the
-// window is refused as rx.data would; any other is counted (Busy) and
-// answered with a BUSY NAK, so that the sender resends it soon without
-// taking it for a loss (docs/transport.md, "Busy peer").
+// of the receiving state changes. A duplicate or a packet outside the
+// windows is handled as rx.data handles it (screen: that needs no
+// sink); any other is counted (Busy) and answered with a BUSY NAK, so
+// that the sender resends it soon without taking it for a loss
+// (docs/transport.md, "Busy peer").
 func (r *receiver) turnedAway(c *Conn, now int64, p *wire.Packet) error {
-	d := &p.Data
-	switch {
-	case wire.SeqLess(d.MSN, r.commit) || r.has(p.PSN):
-		c.st.Duplicates++
-		r.duplicate(p.PSN)
-		r.ackNow(p)
-		return nil
-	case d.MSN-r.commit >= maxMessages:
-		c.st.Invalid++
-		return fmt.Errorf("msn %d beyond the window at %d: %w", d.MSN, r.commit, ErrInvalid)
-	case p.PSN-r.nxt >= maxWindow:
-		c.st.Invalid++
-		return fmt.Errorf("psn %d beyond the window at %d: %w", p.PSN, r.nxt, ErrInvalid)
+	if done, err := r.screen(c, p); done {
+		return err
 	}
 	c.st.Busy++
 	r.nakBusy(now, p)
