@@ -192,28 +192,43 @@ func (s *sender) checkSpurious(c *Conn, now int64, psn uint32, p *txPkt, echo in
 	if !original && (s.ro.minRTT == 0 || now-p.sentAt >= s.ro.minRTT) {
 		return
 	}
-	first := p.spur == 0
-	if first {
+	if p.spur == 0 {
 		p.spur = 1
 		c.st.SpuriousRetransmits++
-	}
-	if first && s.adaptive() {
-		if p.tx == 2 {
-			// The acknowledgement is the original's: it took this long,
-			// and this many later packets were acknowledged before it.
-			win := s.memory()
-			s.ro.age.update(win, now, now-p.firstTS)
-			if s.haveHigh && wire.SeqLess(psn, s.highAcked) {
-				s.ro.degree.update(win, now, int64(s.highAcked-psn))
-			}
+		// The acknowledgement is the original's: it took this long, and
+		// this many later packets were acknowledged before it.
+		var ahead int64
+		if s.haveHigh && wire.SeqLess(psn, s.highAcked) {
+			ahead = int64(s.highAcked - psn)
 		}
-		s.spurious(now, p.lostBy)
+		s.learnSpurious(now, p, now-p.firstTS, ahead)
 	}
 	if original {
 		// Proof enough to undo a congestion cut; an acknowledgement
 		// sooner than the minimum RTT is only likely the original's.
 		s.originalArrived(c, now, p)
 	}
+}
+
+// learnSpurious learns, at now, from the first unneeded retransmission
+// found of p: with the adaptive rule, if p went twice, how long its
+// first transmission took to be acknowledged (age) and how many later
+// packets were acknowledged before it (ahead, if known: > 0); and it
+// widens the reordering window (spurious). Both spurious-retransmission
+// rules, the timestamps' (checkSpurious) and the duplicate reports'
+// (dupReported), learn through it.
+func (s *sender) learnSpurious(now int64, p *txPkt, age, ahead int64) {
+	if !s.adaptive() {
+		return
+	}
+	if p.tx == 2 {
+		win := s.memory()
+		s.ro.age.update(win, now, age)
+		if ahead > 0 {
+			s.ro.degree.update(win, now, ahead)
+		}
+	}
+	s.spurious(now, p.lostBy)
 }
 
 // spurious widens the reordering window after a loss declared by rule

@@ -93,18 +93,11 @@ func (s *sender) dupReported(c *Conn, now int64, psn uint32) {
 	first := p.spur == 0
 	c.st.SpuriousRetransmits += uint64(p.dups - p.spur)
 	p.spur = p.dups
-	if first && s.adaptive() {
-		if p.tx == 2 {
-			// It was acknowledged this long after it was first sent, and
-			// this many later packets before it (if the retransmission
-			// was acknowledged first, the original took longer still).
-			win := s.memory()
-			s.ro.age.update(win, now, p.ackedAt-p.firstTS)
-			if p.ahead > 0 {
-				s.ro.degree.update(win, now, int64(p.ahead))
-			}
-		}
-		s.spurious(now, p.lostBy)
+	if first {
+		// It was acknowledged this long after it was first sent, and
+		// this many later packets before it (if the retransmission was
+		// acknowledged first, the original took longer still).
+		s.learnSpurious(now, p, p.ackedAt-p.firstTS, int64(p.ahead))
 	}
 	if p.dups == p.tx-1 {
 		s.originalArrived(c, now, p)
