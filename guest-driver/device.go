@@ -33,7 +33,8 @@ type Device struct {
 // Open reads and validates the device's config space, takes the device
 // over from whatever driver ran before (RESET_STATE drops every PD, CQ,
 // QP, MR and AH it left, and the doorbell area of the guest-RAM fallback)
-// and starts receiving events. The device must be started (DRIVER_OK).
+// and starts receiving events. The device must be started (DRIVER_OK);
+// Open waits for it to go live.
 // A previous Device on the same transport must be closed first.
 func Open(ctx context.Context, t Transport) (*Device, error) {
 	cfg, err := readConfig(ctx, t)
@@ -50,6 +51,13 @@ func Open(ctx context.Context, t Transport) (*Device, error) {
 	// A driver that probes owns the device from scratch: whatever a
 	// previous driver (before a guest reboot) created is dropped.
 	if _, err := d.command(ctx, abi.OpResetState, nil, 0); err != nil {
+		return nil, err
+	}
+	// The device answers commands only once it is live, and it may go
+	// live after DRIVER_OK (QEMU's generic device starts it when the
+	// rings start, and mapping the doorbells takes a round trip to the
+	// VMM): only now does the status word say where the doorbells are.
+	if err := d.Refresh(ctx); err != nil {
 		return nil, err
 	}
 	// The device's own address: link-local, or in its host's prefix on a

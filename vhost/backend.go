@@ -51,6 +51,10 @@ type Stats struct {
 	Kicks        atomic.Uint64
 	Notifies     atomic.Uint64
 	BrokenQueues atomic.Uint64
+	Activations  atomic.Uint64 // times the device went live
+	// ShmemEchoes counts guest memory regions recognised as one of our
+	// own shared-memory files and kept out of the memory table.
+	ShmemEchoes atomic.Uint64
 }
 
 // NewBackend returns a Backend serving dev.

@@ -15,13 +15,30 @@ import (
 
 // channel is the back-end channel: the socket the front-end handed over
 // with SET_BACKEND_REQ_FD, on which the back-end sends requests
-// (SHMEM_MAP, CONFIG_CHANGE_MSG) and waits for acknowledgements. One
-// request is in flight at a time.
+// (SHMEM_MAP, CONFIG_CHANGE_MSG) and the front-end acknowledges them in
+// order. Acknowledgements are read by a goroutine of the channel's own and
+// handed to the waiting requests in order, so a request can stop waiting
+// (its context ended) without leaving the stream out of step: its
+// acknowledgement, when it comes, is read and dropped.
+//
+// QEMU serves this socket from its main loop, and not while it waits for
+// our reply to one of its requests; so whoever waits here must never be
+// the goroutine that answers the front-end (see session.startActivation).
 type channel struct {
-	mu   sync.Mutex
-	c    *conn
-	s    *session
-	dead bool
+	c *conn
+
+	wmu sync.Mutex // one request on the wire at a time, queued in order
+
+	mu      sync.Mutex
+	pending []chan ack // requests waiting for an acknowledgement, in order
+	err     error      // set once the stream is unusable
+	done    chan struct{}
+}
+
+type ack struct {
+	req    BackendRequest
+	status uint64
+	err    error
 }
 
 // replyTimeout bounds the wait for the front-end's acknowledgement when
@@ -48,22 +65,75 @@ func (s *session) setBackendReqFD(m *Message) ([]byte, error) {
 		nc.Close()
 		return nil, fmt.Errorf("back-end channel is a %T, not a unix socket", nc)
 	}
-	if old := s.channel.Swap(&channel{c: newConn(uc), s: s}); old != nil {
+	if old := s.channel.Swap(newChannel(uc)); old != nil {
 		old.close()
 	}
 	return nil, nil
 }
 
-// request sends one back-end request and, when REPLY_ACK is negotiated,
-// waits for the front-end's u64 acknowledgement. fd (if >= 0) travels
-// with the message; the caller keeps ownership of it.
-func (ch *channel) request(ctx context.Context, req BackendRequest, payload []byte, fd int) error {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if ch.dead {
-		return fmt.Errorf("%v: back-end channel is closed", req)
+func newChannel(uc *net.UnixConn) *channel {
+	ch := &channel{c: newConn(uc), done: make(chan struct{})}
+	go ch.readAcks()
+	return ch
+}
+
+// readAcks reads acknowledgements until the stream ends, handing each to
+// the oldest waiting request. Anything else on the stream, or an
+// acknowledgement nobody asked for, makes the channel unusable.
+func (ch *channel) readAcks() {
+	defer close(ch.done)
+	for {
+		m, err := ch.c.read()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				err = io.ErrUnexpectedEOF
+			}
+			ch.fail(fmt.Errorf("back-end channel: %w", err))
+			return
+		}
+		m.Close() // an acknowledgement carries no descriptors
+		a := ack{req: BackendRequest(m.Request)}
+		a.status, a.err = decodeU64(m.Payload)
+		if m.Flags&flagReply == 0 {
+			a.err = fmt.Errorf("%v with flags %#x is not a reply: %w", a.req, m.Flags, ErrBadHeader)
+		}
+		ch.mu.Lock()
+		if len(ch.pending) == 0 {
+			ch.mu.Unlock()
+			ch.fail(fmt.Errorf("back-end channel: unexpected %v: %w", a.req, ErrBadHeader))
+			return
+		}
+		w := ch.pending[0]
+		ch.pending = ch.pending[1:]
+		ch.mu.Unlock()
+		w <- a // buffered: a waiter that left does not block us
+		if a.err != nil {
+			ch.fail(fmt.Errorf("back-end channel: %w", a.err))
+			return
+		}
 	}
-	needAck := ch.s.hasProto(ProtoReplyAck)
+}
+
+// fail makes the channel unusable and tells every waiting request.
+func (ch *channel) fail(err error) {
+	ch.mu.Lock()
+	if ch.err == nil {
+		ch.err = err
+	}
+	pending := ch.pending
+	ch.pending = nil
+	ch.mu.Unlock()
+	for _, w := range pending {
+		w <- ack{err: err}
+	}
+	ch.c.close()
+}
+
+// request sends one back-end request and, when REPLY_ACK is negotiated
+// (needAck), waits for the front-end's u64 acknowledgement until ctx ends
+// (or replyTimeout, when ctx has no deadline). fd (if >= 0) travels with
+// the message; the caller keeps ownership of it.
+func (ch *channel) request(ctx context.Context, req BackendRequest, payload []byte, fd int, needAck bool) error {
 	h := Header{Request: uint32(req), Flags: flagVersion}
 	if needAck {
 		h.Flags |= flagNeedReply
@@ -72,44 +142,58 @@ func (ch *channel) request(ctx context.Context, req BackendRequest, payload []by
 	if fd >= 0 {
 		fds = []int{fd}
 	}
-	if err := ch.c.c.SetDeadline(deadline(ctx, replyTimeout)); err != nil {
+	w := make(chan ack, 1)
+	ch.wmu.Lock()
+	ch.mu.Lock()
+	if ch.err != nil {
+		err := ch.err
+		ch.mu.Unlock()
+		ch.wmu.Unlock()
 		return fmt.Errorf("%v: %w", req, err)
 	}
-	defer ch.c.c.SetDeadline(time.Time{})
-	if err := ch.c.write(h, payload, fds); err != nil {
-		ch.dead = true
+	if needAck {
+		// Queued before the write, so the reader finds the waiter
+		// however fast the front-end answers.
+		ch.pending = append(ch.pending, w)
+	}
+	ch.mu.Unlock()
+	ch.c.c.SetWriteDeadline(deadline(ctx, replyTimeout))
+	err := ch.c.write(h, payload, fds)
+	ch.c.c.SetWriteDeadline(time.Time{})
+	ch.wmu.Unlock()
+	if err != nil {
+		ch.fail(fmt.Errorf("back-end channel: %v: %w", req, err))
 		return fmt.Errorf("%v: %w", req, err)
 	}
 	if !needAck {
 		return nil
 	}
-	m, err := ch.c.read()
-	if err != nil {
-		// A lost or garbled reply leaves the stream unusable.
-		ch.dead = true
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return fmt.Errorf("%v: waiting for acknowledgement: %w", req, err)
+	wait := time.NewTimer(time.Until(deadline(ctx, replyTimeout)))
+	defer wait.Stop()
+	var a ack
+	select {
+	case a = <-w:
+	case <-ctx.Done():
+		return fmt.Errorf("%v: waiting for acknowledgement: %w", req, ctx.Err())
+	case <-wait.C:
+		return fmt.Errorf("%v: waiting for acknowledgement: %w", req, os.ErrDeadlineExceeded)
 	}
-	m.Close() // an acknowledgement carries no descriptors
-	if m.Request != uint32(req) || m.Flags&flagReply == 0 {
-		ch.dead = true
-		return fmt.Errorf("%v: reply %v with flags %#x: %w", req, BackendRequest(m.Request), m.Flags, ErrBadHeader)
-	}
-	v, err := decodeU64(m.Payload)
-	if err != nil {
-		ch.dead = true
-		return fmt.Errorf("%v: %w", req, err)
-	}
-	if v != 0 {
-		return fmt.Errorf("%v: status %d: %w", req, v, ErrRejected)
+	switch {
+	case a.err != nil:
+		return fmt.Errorf("%v: waiting for acknowledgement: %w", req, a.err)
+	case a.req != req:
+		ch.fail(fmt.Errorf("back-end channel: %v acknowledged as %v: %w", req, a.req, ErrBadHeader))
+		return fmt.Errorf("%v: acknowledged as %v: %w", req, a.req, ErrBadHeader)
+	case a.status != 0:
+		return fmt.Errorf("%v: status %d: %w", req, a.status, ErrRejected)
 	}
 	return nil
 }
 
+// close ends the channel and waits for its reader.
 func (ch *channel) close() {
-	ch.c.close()
+	ch.fail(errors.New("back-end channel closed"))
+	<-ch.done
 }
 
 // shmem sends SHMEM_MAP or SHMEM_UNMAP. Both need the SHMEM protocol
@@ -130,7 +214,12 @@ func (s *session) shmem(ctx context.Context, req BackendRequest, m ShmemMapping,
 	if ch == nil {
 		return fmt.Errorf("%v: no back-end channel", req)
 	}
-	return ch.request(ctx, req, m.encode(), fd)
+	if req == BackendShmemMap {
+		// The front-end will hand this file back as a memory region (QEMU
+		// does, for a mapping in RAM): know it when it comes.
+		s.shmFiles.remember(fd)
+	}
+	return ch.request(ctx, req, m.encode(), fd, s.hasProto(ProtoReplyAck))
 }
 
 func pageSize() uint64 { return uint64(unix.Getpagesize()) }

@@ -29,7 +29,16 @@
 //   - The device outlives connections. A disconnect stops the rings, unmaps
 //     memory and deactivates the device without a reset; the front-end
 //     replays its set-up on reconnect (see docs/architecture.md).
+//   - Activation: the device goes live on DRIVER_OK or on the rings' start
+//     (every ring given a kick fd and enabled), whichever comes first;
+//     QEMU's generic device sends no DRIVER_OK. It activates on a goroutine
+//     of its own, so a SHMEM_MAP it waits for never holds up the front-end
+//     (activation.go).
 //   - Back-end requests (SHMEM_MAP, SHMEM_UNMAP, CONFIG_CHANGE_MSG) are sent
-//     with NEED_REPLY and waited for, one at a time, never while the
-//     front-end is waiting for our reply to one of its requests.
+//     with NEED_REPLY, in order; their acknowledgements are read by the
+//     channel's own goroutine, so a waiter can give up without breaking
+//     the stream. Nothing on the connection goroutine waits for one.
+//   - A file we mapped into shared memory that the front-end reports back
+//     as guest memory (QEMU does, for the shared-memory BAR) is accepted
+//     and kept out of the memory table: it is device memory.
 package vhost

@@ -31,6 +31,10 @@ type testGuest struct {
 	chReqs  []uint32 // back-end requests received
 	chMaps  [][]byte // SHMEM_MAP payloads
 	chReply uint64   // ack value the channel answers with
+	// chHold, when set, holds every acknowledgement until it is closed:
+	// QEMU answers the back-end channel only from its main loop, never
+	// while it waits for a reply of ours.
+	chHold chan struct{}
 }
 
 const (
@@ -144,8 +148,11 @@ func (g *testGuest) serveChannel(c *net.UnixConn) {
 		if req == uint32(BackendShmemMap) {
 			g.chMaps = append(g.chMaps, p)
 		}
-		reply := g.chReply
+		reply, hold := g.chReply, g.chHold
 		g.chMu.Unlock()
+		if hold != nil {
+			<-hold
+		}
 		if flags&needReply != 0 {
 			b := make([]byte, 20)
 			binary.LittleEndian.PutUint32(b, req)
@@ -167,6 +174,13 @@ func (g *testGuest) channelRequests() ([]uint32, [][]byte) {
 
 // start runs QEMU's DRIVER_OK sequence with queues of size n.
 func (g *testGuest) start(n uint16) {
+	g.startRings(n)
+	g.fe.mustAck(uint32(ReqSetStatus), u64(uint64(virtio.StatusAcknowledge|virtio.StatusDriver|virtio.StatusFeaturesOK|virtio.StatusDriverOK)))
+}
+
+// startRings is the start sequence up to the rings, where QEMU's generic
+// device stops: it never sends DRIVER_OK.
+func (g *testGuest) startRings(n uint16) {
 	fe := g.fe
 	fe.mustAck(uint32(ReqSetFeatures), u64(virtio.FeatureMask(virtio.FeatureVersion1, virtio.FeatureEventIdx)|1<<30))
 	fe.mustAck(uint32(ReqSetStatus), u64(uint64(virtio.StatusAcknowledge|virtio.StatusDriver|virtio.StatusFeaturesOK)))
@@ -179,7 +193,6 @@ func (g *testGuest) start(n uint16) {
 	for i := range 2 {
 		g.setupQueue(uint32(i), n)
 	}
-	fe.mustAck(uint32(ReqSetStatus), u64(uint64(virtio.StatusAcknowledge|virtio.StatusDriver|virtio.StatusFeaturesOK|virtio.StatusDriverOK)))
 }
 
 func (g *testGuest) setupQueue(i uint32, n uint16) {

@@ -106,8 +106,7 @@ func (s *session) getStatus(m *Message) ([]byte, error) {
 }
 
 // setStatus follows the driver's status. DRIVER_OK activates the device
-// (after the reply: activation may map shared memory through the back-end
-// channel, which the front-end serves only once it has its reply). Status
+// (activation.go). Status
 // 0 is what QEMU sends on every stop, a guest reset or a VM pause alike, so
 // it suspends the device; the device's state is dropped only by
 // RESET_DEVICE or by the driver itself.
@@ -136,7 +135,7 @@ func (s *session) setStatus(m *Message) ([]byte, error) {
 		s.deactivate(false)
 		s.forgetRings()
 	case st&virtio.StatusDriverOK != 0:
-		s.after(s.activate)
+		s.after(s.startActivation)
 	}
 	return nil, nil
 }
@@ -211,5 +210,5 @@ func (s *session) sendConfigChange(ctx context.Context) error {
 	if !s.hasProto(ProtoConfig) {
 		return fmt.Errorf("config change: %w", notNegotiated(ProtoConfig))
 	}
-	return ch.request(ctx, BackendConfigChangeMsg, nil, -1)
+	return ch.request(ctx, BackendConfigChangeMsg, nil, -1, s.hasProto(ProtoReplyAck))
 }

@@ -70,7 +70,12 @@ func (s *session) setMemTable(m *Message) ([]byte, error) {
 		return nil, badPayload("%d regions but %d file descriptors", len(regs), m.NumFDs())
 	}
 	var mapped []guestmem.Region
+	var echoed []MemRegion
 	for i, r := range regs {
+		if s.shmFiles.isShared(m.fds[i]) {
+			echoed = append(echoed, r)
+			continue
+		}
 		gr, err := s.mapRegion(r, m.fds[i])
 		if err != nil {
 			unmapRegions(mapped)
@@ -88,13 +93,31 @@ func (s *session) setMemTable(m *Message) ([]byte, error) {
 		return nil, fmt.Errorf("memory table: %w", err)
 	}
 	s.unmapAll(old) // no ring can reach it any more
+	s.shmFiles.reset()
+	for _, r := range echoed {
+		s.keepOut(r)
+	}
 	return nil, nil
+}
+
+// keepOut records a region the front-end reported as guest memory that is
+// one of our shared-memory files (shmfiles.go): accepted, never mapped as
+// guest RAM.
+func (s *session) keepOut(r MemRegion) {
+	s.shmFiles.echo(r)
+	s.b.stats.ShmemEchoes.Add(1)
+	s.log.Info("shared memory region reported as guest memory; kept out of the memory table",
+		"gpa", fmt.Sprintf("%#x", r.GuestPhys), "size", r.Size)
 }
 
 func (s *session) addMemReg(m *Message) ([]byte, error) {
 	r, err := decodeSingleMemRegion(m.Payload)
 	if err != nil {
 		return nil, err
+	}
+	if s.shmFiles.isShared(m.fds[0]) {
+		s.keepOut(r)
+		return nil, nil
 	}
 	cur := s.mem.Load()
 	if uint64(cur.Len()) >= s.b.opts.MaxMemSlots {
@@ -119,6 +142,9 @@ func (s *session) remMemReg(m *Message) ([]byte, error) {
 	r, err := decodeSingleMemRegion(m.Payload)
 	if err != nil {
 		return nil, err
+	}
+	if s.shmFiles.forget(r) {
+		return nil, nil
 	}
 	t, gone, err := s.mem.Load().Without(r.GuestPhys, r.Size, r.UserAddr)
 	if err != nil {

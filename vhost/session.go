@@ -38,6 +38,11 @@ type session struct {
 	// active: the device has been activated and its rings may be
 	// serviced. Changed only with every ring's lock held.
 	active atomic.Bool
+	// activation is the pending activation, if any (activation.go).
+	activation *activation
+	// shmFiles are the files mapped into shared memory regions, which
+	// the front-end may hand back as guest memory (shmfiles.go).
+	shmFiles shmFiles
 
 	replyFDs   []int
 	afterReply []func()
@@ -132,37 +137,6 @@ func (s *session) lockRings() {
 func (s *session) unlockRings() {
 	for _, r := range s.rings {
 		r.mu.Unlock()
-	}
-}
-
-// activate starts the device once the driver is ready, then wakes every
-// ring so buffers queued before activation are serviced.
-func (s *session) activate() {
-	if s.active.Load() {
-		return
-	}
-	if err := s.dev.Activate(s.ctx, s); err != nil {
-		s.log.Error("device activation failed", "err", err)
-		s.markNeedsReset()
-		return
-	}
-	s.lockRings()
-	s.active.Store(true)
-	s.unlockRings()
-	for _, r := range s.rings {
-		r.wakeup()
-	}
-	s.log.Info("device active", "features", s.features, "protocol_features", s.protoFeatures())
-}
-
-// deactivate stops the device being live; with reset it also drops the
-// device's state.
-func (s *session) deactivate(reset bool) {
-	s.lockRings()
-	was := s.active.Swap(false)
-	s.unlockRings()
-	if was || reset {
-		s.dev.Deactivate(reset)
 	}
 }
 

@@ -295,7 +295,7 @@ func (s *session) setVringKick(m *Message) ([]byte, error) {
 	if err := r.startWorker(fd); err != nil {
 		return nil, err
 	}
-	s.after(s.activateWithoutStatus)
+	s.after(s.activateOnRingStart)
 	return nil, nil
 }
 
@@ -344,18 +344,8 @@ func (s *session) setVringEnable(m *Message) ([]byte, error) {
 		return nil, badPayload("enable value %d", st.Num)
 	}
 	r.setEnabled(st.Num == 1)
-	s.after(s.activateWithoutStatus)
+	s.after(s.activateOnRingStart)
 	return nil, nil
-}
-
-// activateWithoutStatus activates the device for front-ends that did not
-// negotiate STATUS, which never send DRIVER_OK: once features and memory
-// are in place and a ring is started, the driver is evidently ready.
-func (s *session) activateWithoutStatus() {
-	if s.hasProto(ProtoStatus) || s.active.Load() || !s.featuresSet || s.mem.Load() == nil {
-		return
-	}
-	s.activate()
 }
 
 func (r *vring) setEnabled(on bool) {

@@ -17,6 +17,10 @@ import "fmt"
 //	                                        and CREATE_CQ by index
 //	rest up to Pages*PageSize               unused, zero
 //
+// Pages is a power of two: QEMU puts the shared memory regions in a PCI BAR
+// of the region's size, and a BAR's size must be a power of two (QEMU
+// 11.1 asserts in pci_register_bar otherwise).
+//
 // Each record has a cache line of its own so that the guest ringing one
 // QP's doorbell does not bounce the line the engine polls for another.
 const (
@@ -54,7 +58,7 @@ func NewDoorbellLayout(l Limits, hostPageSize uint64) (DoorbellLayout, error) {
 	}
 	records := uint64(l.MaxQP) + uint64(l.MaxCQ) // at most 2^19: no overflow below
 	size := ps + records*DoorbellRecordSize
-	pages := (size + ps - 1) / ps
+	pages := pow2Ceil((size + ps - 1) / ps)
 	d := DoorbellLayout{
 		ShmID:         DoorbellShmID,
 		RecordSize:    DoorbellRecordSize,
@@ -64,6 +68,14 @@ func NewDoorbellLayout(l Limits, hostPageSize uint64) (DoorbellLayout, error) {
 		Records:       uint32(records),
 	}
 	return d, d.Validate()
+}
+
+func pow2Ceil(n uint64) uint64 {
+	p := uint64(1)
+	for p < n {
+		p <<= 1
+	}
+	return p
 }
 
 // Size is the region's size in bytes.
@@ -80,8 +92,8 @@ func (d DoorbellLayout) Validate() error {
 		return fmt.Errorf("doorbell page size %d: %w", ps, ErrBadValue)
 	case rs < 8 || rs&(rs-1) != 0 || rs > ps:
 		return fmt.Errorf("doorbell record size %d: %w", rs, ErrBadValue)
-	case d.Pages == 0:
-		return fmt.Errorf("doorbell region of 0 pages: %w", ErrBadValue)
+	case d.Pages == 0 || d.Pages&(d.Pages-1) != 0:
+		return fmt.Errorf("doorbell region of %d pages (not a power of two): %w", d.Pages, ErrBadValue)
 	case uint64(d.RecordsOffset) < ps || uint64(d.RecordsOffset)%rs != 0:
 		return fmt.Errorf("doorbell records offset %d: %w", d.RecordsOffset, ErrBadValue)
 	case uint64(d.RecordsOffset)+uint64(d.Records)*rs > d.Size():

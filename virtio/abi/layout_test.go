@@ -151,16 +151,17 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("newer minor rejected: %v", err)
 	}
 	for name, mut := range map[string]func(*Config){
-		"major 2":       func(c *Config) { c.ABIVersion = 2 << 16 },
-		"major 0":       func(c *Config) { c.ABIVersion = 0 },
-		"no ports":      func(c *Config) { c.PhysPortCnt = 0 },
-		"zero limit":    func(c *Config) { c.Limits.MaxQP = 0 },
-		"huge limit":    func(c *Config) { c.Limits.MaxCQ = 1 << 31 },
-		"shmid":         func(c *Config) { c.Doorbell.ShmID = 3 },
-		"few records":   func(c *Config) { c.Doorbell.Records = 10 },
-		"short region":  func(c *Config) { c.Doorbell.Pages = 1 },
-		"odd page size": func(c *Config) { c.Doorbell.PageSize = 5000 },
-		"record size":   func(c *Config) { c.Doorbell.RecordSize = 3 },
+		"major 2":        func(c *Config) { c.ABIVersion = 2 << 16 },
+		"major 0":        func(c *Config) { c.ABIVersion = 0 },
+		"no ports":       func(c *Config) { c.PhysPortCnt = 0 },
+		"zero limit":     func(c *Config) { c.Limits.MaxQP = 0 },
+		"huge limit":     func(c *Config) { c.Limits.MaxCQ = 1 << 31 },
+		"shmid":          func(c *Config) { c.Doorbell.ShmID = 3 },
+		"few records":    func(c *Config) { c.Doorbell.Records = 10 },
+		"short region":   func(c *Config) { c.Doorbell.Pages = 1 },
+		"pages not pow2": func(c *Config) { c.Doorbell.Pages = 129 },
+		"odd page size":  func(c *Config) { c.Doorbell.PageSize = 5000 },
+		"record size":    func(c *Config) { c.Doorbell.RecordSize = 3 },
 	} {
 		c := good
 		mut(&c)

@@ -1,0 +1,113 @@
+package vhost
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/vstellar/vstellar/guestmem"
+)
+
+// QEMU's generic device (vhost-user-test-device-pci) never sends
+// DRIVER_OK, and serves the back-end channel only when it is not waiting
+// for a reply of ours. The device must go live on the rings' start
+// without stalling a single front-end request, and must know its own
+// shared memory when QEMU reports it back as guest memory.
+func TestActivatesOnRingStartWithoutStallingTheFrontEnd(t *testing.T) {
+	dev := newEchoDevice(t)
+	b := NewBackend(dev, Options{Name: "t"})
+	s := serve(t, b)
+	g := newTestGuest(t, s.fe)
+	g.handshake()
+	hold := make(chan struct{})
+	g.chMu.Lock()
+	g.chHold = hold
+	g.chMu.Unlock()
+
+	began := time.Now()
+	g.startRings(16)
+	if d := time.Since(began); d > time.Second {
+		t.Fatalf("start sequence took %v: a request waited for the back-end channel", d)
+	}
+	if acts, _, _, _ := dev.snapshot(); acts != 0 {
+		t.Fatalf("device activated before its SHMEM_MAP was acknowledged")
+	}
+
+	// QEMU maps the file as RAM once it reads SHMEM_MAP, and reports the
+	// BAR as a memory region.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if reqs, _ := g.channelRequests(); len(reqs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no SHMEM_MAP on the back-end channel")
+		}
+	}
+	slots := memory(b).Len()
+	shmBAR := [4]uint64{0xfe00_0000, 4096, 0x7f10_0000_0000, 0}
+	s.fe.mustAck(uint32(ReqAddMemReg), singleRegion(shmBAR), dev.shm)
+	if n := memory(b).Len(); n != slots {
+		t.Fatalf("shared memory BAR entered the memory table (%d regions, was %d)", n, slots)
+	}
+	if b.Stats().ShmemEchoes.Load() != 1 {
+		t.Fatal("echo of the shared memory file not counted")
+	}
+	if _, err := memory(b).Translate(shmBAR[0], 8); err == nil {
+		t.Fatal("the doorbell BAR translates as guest memory")
+	}
+
+	close(hold) // QEMU's main loop runs: SHMEM_MAP is acknowledged
+	if got := g.request(0, []byte("live")); !bytes.Equal(got, []byte("live")) {
+		t.Fatalf("echo %q", got)
+	}
+	if acts, _, _, mapErr := dev.snapshot(); acts != 1 || mapErr != nil {
+		t.Fatalf("activations %d, SHMEM_MAP error %v", acts, mapErr)
+	}
+	if b.Stats().Activations.Load() != 1 {
+		t.Fatalf("activations counted %d", b.Stats().Activations.Load())
+	}
+	// The region goes away the same way; guest RAM is untouched.
+	s.fe.mustAck(uint32(ReqRemMemReg), singleRegion(shmBAR))
+	if n := memory(b).Len(); n != slots {
+		t.Fatalf("REM_MEM_REG of the BAR changed the memory table to %d regions", n)
+	}
+	// Another memfd is guest RAM as usual.
+	s.fe.mustAck(uint32(ReqAddMemReg), singleRegion([4]uint64{8 << 30, regionSize, uvaBase + 8*regionSize, 0}), g.memfd)
+	if n := memory(b).Len(); n != slots+1 {
+		t.Fatalf("guest RAM region not added (%d regions)", n)
+	}
+}
+
+// A stop or reset while the activation waits for the front-end must not
+// wait for the front-end in turn: it cancels the activation.
+func TestResetCancelsPendingActivation(t *testing.T) {
+	dev := newEchoDevice(t)
+	s := serve(t, NewBackend(dev, Options{}))
+	g := newTestGuest(t, s.fe)
+	g.handshake()
+	hold := make(chan struct{})
+	defer close(hold)
+	g.chMu.Lock()
+	g.chHold = hold
+	g.chMu.Unlock()
+	g.startRings(16)
+
+	began := time.Now()
+	s.fe.mustAck(uint32(ReqResetDevice), nil)
+	if d := time.Since(began); d > time.Second {
+		t.Fatalf("RESET_DEVICE took %v behind a pending activation", d)
+	}
+	acts, deact, _, mapErr := dev.snapshot()
+	if acts != 1 || !errors.Is(mapErr, context.Canceled) || len(deact) != 1 || !deact[0] {
+		t.Fatalf("activations %d (map error %v), deactivations %v: want the cancelled activation undone by a reset", acts, mapErr, deact)
+	}
+}
+
+// memory is the memory table of the connection b serves.
+func memory(b *Backend) *guestmem.Table {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cur.mem.Load()
+}
