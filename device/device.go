@@ -299,6 +299,9 @@ func (d *Device) ShmemRegions() []uint64 {
 	return r
 }
 
+// ShmemFiles implements vhost.ShmemFiler: the doorbell region's memfd.
+func (d *Device) ShmemFiles() []int { return []int{d.db.Fd()} }
+
 // DoorbellRegion is the device's doorbell region (for the data-path engine
 // and tests).
 func (d *Device) DoorbellRegion() *shmregion.Region { return d.db }

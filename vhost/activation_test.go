@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/virtio"
 )
 
 // QEMU's generic device (vhost-user-test-device-pci) never sends
@@ -110,4 +114,91 @@ func memory(b *Backend) *guestmem.Table {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.cur.mem.Load()
+}
+
+// QEMU keeps a shared-memory mapping across guest resets and back-end
+// reconnects, and reports it in the memory table: the device must not map
+// it again (QEMU would stack a second mapping on the first).
+func TestReportedMappingIsNotMadeAgain(t *testing.T) {
+	dev := newEchoDevice(t)
+	b := NewBackend(dev, Options{})
+	s := serve(t, b)
+	g := newTestGuest(t, s.fe)
+	g.handshake()
+	s.fe.mustAck(uint32(ReqSetFeatures), u64(virtio.FeatureMask(virtio.FeatureVersion1, virtio.FeatureEventIdx)|1<<30))
+	shmBAR := [4]uint64{0xfe00_0000, 4096, 0x7f10_0000_0000, 0}
+	regions := append(g.regions(), shmBAR)
+	s.fe.mustAck(uint32(ReqSetMemTable), memTable(regions...), g.memfd, g.memfd, dev.shm)
+	if n := memory(b).Len(); n != 2 {
+		t.Fatalf("memory table has %d regions, want guest RAM's 2", n)
+	}
+	for i := range 2 {
+		g.setupQueue(uint32(i), 16)
+	}
+	if got := g.request(0, []byte("mapped")); !bytes.Equal(got, []byte("mapped")) {
+		t.Fatalf("echo %q", got)
+	}
+	if reqs, _ := g.channelRequests(); len(reqs) != 0 {
+		t.Fatalf("back-end channel saw %v for a mapping the front-end reported", reqs)
+	}
+}
+
+// A restarted daemon's doorbell file has the name of the one QEMU still
+// maps: that mapping is removed before the new one is made.
+func TestEarlierIncarnationIsUnmapped(t *testing.T) {
+	dev := newEchoDevice(t)
+	old, err := unix.MemfdCreate("vstellar-test:echo-shm", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(old)
+	unix.Ftruncate(old, 4096)
+	b := NewBackend(dev, Options{})
+	s := serve(t, b)
+	g := newTestGuest(t, s.fe)
+	g.handshake()
+	s.fe.mustAck(uint32(ReqSetFeatures), u64(virtio.FeatureMask(virtio.FeatureVersion1, virtio.FeatureEventIdx)|1<<30))
+	s.fe.mustAck(uint32(ReqSetMemTable), memTable(g.regions()...), g.memfd, g.memfd)
+	s.fe.mustAck(uint32(ReqAddMemReg), singleRegion([4]uint64{0xfe00_0000, 4096, 0x7f10_0000_0000, 0}), old)
+	if n := memory(b).Len(); n != 2 {
+		t.Fatalf("an earlier incarnation's doorbells entered the memory table (%d regions)", n)
+	}
+	for i := range 2 {
+		g.setupQueue(uint32(i), 16)
+	}
+	g.request(0, []byte("x"))
+	reqs, _ := g.channelRequests()
+	if !slices.Equal(reqs, []uint32{uint32(BackendShmemUnmap), uint32(BackendShmemMap)}) {
+		t.Fatalf("back-end channel saw %v, want SHMEM_UNMAP then SHMEM_MAP", reqs)
+	}
+}
+
+// QEMU stops the generic device (VM stop, guest reset) with GET_VRING_BASE
+// on every ring and no SET_STATUS: the last ring's stop suspends the
+// device, and the rings' next start resumes it.
+func TestRingsStopAndStartTheDevice(t *testing.T) {
+	dev := newEchoDevice(t)
+	s := serve(t, NewBackend(dev, Options{}))
+	g := newTestGuest(t, s.fe)
+	g.handshake()
+	g.startRings(16)
+	g.request(0, []byte("a"))
+	s.fe.call(uint32(ReqGetVringBase), state(0, 0))
+	if _, deact, _, _ := dev.snapshot(); len(deact) != 0 {
+		t.Fatalf("deactivated %v with a ring still running", deact)
+	}
+	s.fe.call(uint32(ReqGetVringBase), state(1, 0))
+	if _, deact, _, _ := dev.snapshot(); !slices.Equal(deact, []bool{false}) {
+		t.Fatalf("deactivations %v after the last ring stopped, want one without reset", deact)
+	}
+	g.qs, g.kick, g.call, g.errfd = nil, nil, nil, nil
+	for i := range 2 {
+		g.setupQueue(uint32(i), 16)
+	}
+	if got := g.request(1, []byte{0x0f}); !bytes.Equal(got, []byte{0xf0}) {
+		t.Fatalf("after restart: %x", got)
+	}
+	if acts, _, _, _ := dev.snapshot(); acts != 2 {
+		t.Fatalf("activations %d, want 2", acts)
+	}
 }

@@ -214,11 +214,6 @@ func (s *session) shmem(ctx context.Context, req BackendRequest, m ShmemMapping,
 	if ch == nil {
 		return fmt.Errorf("%v: no back-end channel", req)
 	}
-	if req == BackendShmemMap {
-		// The front-end will hand this file back as a memory region (QEMU
-		// does, for a mapping in RAM): know it when it comes.
-		s.shmFiles.remember(fd)
-	}
 	return ch.request(ctx, req, m.encode(), fd, s.hasProto(ProtoReplyAck))
 }
 

@@ -57,7 +57,10 @@ type Env interface {
 	Memory() *guestmem.Table
 	// MapShmem asks the front-end to map fd (at fdOffset, length bytes)
 	// into shared memory region shmid at shmOffset, and waits for the
-	// front-end's acknowledgement.
+	// front-end's acknowledgement. A mapping of the same file the
+	// front-end reports it has already is not made again; one of an
+	// earlier incarnation of the file (a memfd of the same name) is
+	// replaced. Mappings are at offset 0 of their region.
 	MapShmem(ctx context.Context, m ShmemMapping, fd int) error
 	// UnmapShmem asks the front-end to remove a mapping made by MapShmem.
 	UnmapShmem(ctx context.Context, m ShmemMapping) error
@@ -84,6 +87,15 @@ type Env interface {
 // its error is only logged.
 type MemoryWatcher interface {
 	SetMemory(t *guestmem.Table) error
+}
+
+// ShmemFiler is implemented by devices that map files into shared memory
+// regions. The Backend learns them when a front-end connects, before the
+// front-end's memory table, which may already report a mapping of one
+// (QEMU keeps mappings across reconnects), so that it is recognised as
+// shared memory rather than taken for guest RAM.
+type ShmemFiler interface {
+	ShmemFiles() []int
 }
 
 // ShmemMapping describes one SHMEM_MAP or SHMEM_UNMAP.

@@ -256,7 +256,7 @@ type echoDevice struct {
 }
 
 func newEchoDevice(t *testing.T) *echoDevice {
-	fd, err := unix.MemfdCreate("echo-shm", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("vstellar-test:echo-shm", unix.MFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +280,7 @@ func (d *echoDevice) WriteConfig(off uint32, data []byte) error {
 	return errors.New("read-only config")
 }
 func (d *echoDevice) ShmemRegions() []uint64 { return []uint64{4096} }
+func (d *echoDevice) ShmemFiles() []int      { return []int{d.shm} }
 
 func (d *echoDevice) Activate(ctx context.Context, env Env) error {
 	err := env.MapShmem(ctx, ShmemMapping{ShmID: 0, Len: 4096, Writable: true}, d.shm)

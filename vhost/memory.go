@@ -70,10 +70,10 @@ func (s *session) setMemTable(m *Message) ([]byte, error) {
 		return nil, badPayload("%d regions but %d file descriptors", len(regs), m.NumFDs())
 	}
 	var mapped []guestmem.Region
-	var echoed []MemRegion
+	var echoed []echo
 	for i, r := range regs {
-		if s.shmFiles.isShared(m.fds[i]) {
-			echoed = append(echoed, r)
+		if id, ok := s.shmFiles.isShared(m.fds[i]); ok {
+			echoed = append(echoed, echo{r: r, id: id})
 			continue
 		}
 		gr, err := s.mapRegion(r, m.fds[i])
@@ -94,8 +94,8 @@ func (s *session) setMemTable(m *Message) ([]byte, error) {
 	}
 	s.unmapAll(old) // no ring can reach it any more
 	s.shmFiles.reset()
-	for _, r := range echoed {
-		s.keepOut(r)
+	for _, e := range echoed {
+		s.keepOut(e.r, e.id)
 	}
 	return nil, nil
 }
@@ -103,8 +103,8 @@ func (s *session) setMemTable(m *Message) ([]byte, error) {
 // keepOut records a region the front-end reported as guest memory that is
 // one of our shared-memory files (shmfiles.go): accepted, never mapped as
 // guest RAM.
-func (s *session) keepOut(r MemRegion) {
-	s.shmFiles.echo(r)
+func (s *session) keepOut(r MemRegion, id fileID) {
+	s.shmFiles.echo(r, id)
 	s.b.stats.ShmemEchoes.Add(1)
 	s.log.Info("shared memory region reported as guest memory; kept out of the memory table",
 		"gpa", fmt.Sprintf("%#x", r.GuestPhys), "size", r.Size)
@@ -115,8 +115,8 @@ func (s *session) addMemReg(m *Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.shmFiles.isShared(m.fds[0]) {
-		s.keepOut(r)
+	if id, ok := s.shmFiles.isShared(m.fds[0]); ok {
+		s.keepOut(r, id)
 		return nil, nil
 	}
 	cur := s.mem.Load()

@@ -50,6 +50,13 @@ type session struct {
 
 func newSession(b *Backend, c *net.UnixConn) *session {
 	s := &session{b: b, dev: b.dev, log: b.log, conn: newConn(c)}
+	if f, ok := b.dev.(ShmemFiler); ok {
+		for _, fd := range f.ShmemFiles() {
+			if id, err := identify(fd); err == nil {
+				s.shmFiles.remember(id)
+			}
+		}
+	}
 	s.rings = make([]*vring, b.dev.NumQueues())
 	for i := range s.rings {
 		s.rings[i] = newVring(s, i)
@@ -145,14 +152,6 @@ func (s *session) unlockRings() {
 func (s *session) AckedFeatures() uint64 { return s.features &^ FeatureProtocolFeatures }
 
 func (s *session) Memory() *guestmem.Table { return s.mem.Load() }
-
-func (s *session) MapShmem(ctx context.Context, m ShmemMapping, fd int) error {
-	return s.shmem(ctx, BackendShmemMap, m, fd)
-}
-
-func (s *session) UnmapShmem(ctx context.Context, m ShmemMapping) error {
-	return s.shmem(ctx, BackendShmemUnmap, m, -1)
-}
 
 func (s *session) ConfigChanged(ctx context.Context) error { return s.sendConfigChange(ctx) }
 

@@ -212,7 +212,23 @@ func (s *session) getVringBase(m *Message) ([]byte, error) {
 		return nil, err
 	}
 	base := r.stopAndBase()
+	// The stop condition mirrors the start: QEMU's generic device stops
+	// (VM stop, guest reset) with GET_VRING_BASE on every ring and no
+	// SET_STATUS, so the last ring to stop suspends the device as
+	// SET_STATUS 0 does.
+	if !s.anyRingRunning() {
+		s.deactivate(false)
+	}
 	return VringState{Index: st.Index, Num: uint32(base)}.encode(), nil
+}
+
+func (s *session) anyRingRunning() bool {
+	for _, r := range s.rings {
+		if r.running.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // stopAndBase stops the ring and returns the next available index to
