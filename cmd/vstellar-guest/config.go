@@ -1,0 +1,110 @@
+//go:build linux
+
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vstellar/vstellar/virtio/abi"
+)
+
+// config is what the program does.
+type config struct {
+	mode  string // "agent" or "probe"
+	devID uint16
+	addr  string
+	tty   string
+	poll  bool
+	// handBack: on exit, return the device to the kernel's virtio_pci.
+	handBack bool
+	timeout  time.Duration // 0: none
+}
+
+func defaults() config {
+	return config{mode: "agent", devID: abi.DeviceID, tty: "/dev/ttyS1"}
+}
+
+func (c config) check() error {
+	if c.mode != "agent" && c.mode != "probe" {
+		return fmt.Errorf("mode %q: want agent or probe", c.mode)
+	}
+	if c.devID == 0 {
+		return fmt.Errorf("virtio device id 0")
+	}
+	return nil
+}
+
+func configFromFlags(args []string) (config, error) {
+	c := defaults()
+	fs := flag.NewFlagSet("vstellar-guest", flag.ContinueOnError)
+	fs.StringVar(&c.mode, "mode", c.mode, "agent: serve the verbs agent on -tty; probe: open the device, print, stop")
+	devID := fs.Uint("devid", uint(c.devID), "virtio device id to accept (a stand-in for 42 under a VMM that cannot name it)")
+	fs.StringVar(&c.addr, "addr", "", "PCI address of the device (default: the first that matches)")
+	fs.StringVar(&c.tty, "tty", c.tty, "serial port the agent serves")
+	fs.BoolVar(&c.poll, "poll", false, "poll the rings instead of taking the INTx interrupt")
+	fs.BoolVar(&c.handBack, "handback", false, "on exit, give the device back to the kernel's virtio_pci driver")
+	fs.DurationVar(&c.timeout, "timeout", 0, "stop after this long (0: never)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if *devID > 0xffff-0x1040 {
+		return c, fmt.Errorf("virtio device id %d", *devID)
+	}
+	c.devID = uint16(*devID)
+	return c, c.check()
+}
+
+func configFromCmdline() (config, error) {
+	b, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return config{}, err
+	}
+	return parseCmdline(string(b))
+}
+
+// parseCmdline reads the vstellar.* parameters of a kernel command line
+// and ignores the rest. Probe mode gets a 2 minute timeout unless one is
+// given: a probe that hangs must still power the VM off.
+func parseCmdline(s string) (config, error) {
+	c := defaults()
+	timeoutSet := false
+	for _, f := range strings.Fields(s) {
+		k, v, _ := strings.Cut(f, "=")
+		var err error
+		switch k {
+		case "vstellar.mode":
+			c.mode = v
+		case "vstellar.devid":
+			var n uint64
+			if n, err = strconv.ParseUint(v, 0, 16); err == nil && n > 0xffff-0x1040 {
+				err = fmt.Errorf("out of range")
+			}
+			c.devID = uint16(n)
+		case "vstellar.addr":
+			c.addr = v
+		case "vstellar.tty":
+			c.tty = v
+		case "vstellar.poll":
+			c.poll = on(v)
+		case "vstellar.handback":
+			c.handBack = on(v)
+		case "vstellar.timeout":
+			c.timeout, err = time.ParseDuration(v)
+			timeoutSet = true
+		}
+		if err != nil {
+			return c, fmt.Errorf("kernel parameter %s: %w", f, err)
+		}
+	}
+	if c.mode == "probe" && !timeoutSet {
+		c.timeout = 2 * time.Minute
+	}
+	return c, c.check()
+}
+
+func on(v string) bool { return v == "1" || v == "true" || v == "on" }
