@@ -66,6 +66,19 @@ func (d *Device) doorbells(ctx context.Context) (*doorbells, error) {
 	return db, nil
 }
 
+// DoorbellArea is the area of guest RAM the driver registered for its
+// doorbells in the fallback (SET_DOORBELL_AREA), once the first CQ or QP
+// needed it; ok is false in shared-memory mode and before. What a driver
+// would tell a test that checks the device refuses DMA into it.
+func (d *Device) DoorbellArea() (area Buffer, ok bool) {
+	d.dbMu.Lock()
+	defer d.dbMu.Unlock()
+	if d.db == nil || d.db.area.Len() == 0 {
+		return Buffer{}, false
+	}
+	return d.db.area, true
+}
+
 // record is the doorbell record at index i, as the device named it in a
 // CREATE response (checked: the device is not trusted to stay in range).
 func (db *doorbells) record(i uint32) (guestmem.View, error) {

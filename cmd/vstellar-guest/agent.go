@@ -21,8 +21,12 @@ func serveAgent(ctx context.Context, cfg config, dev *guestdriver.Device, t *rea
 		Log:   log,
 		Ready: time.Duration(t.ready.Load()),
 		Doorbells: func() (agent.Region, bool) {
-			gpa, size, ok := t.DoorbellRegion()
-			return agent.Region{GPA: gpa, Size: size}, ok
+			if gpa, size, ok := t.DoorbellRegion(); ok {
+				return agent.Region{GPA: gpa, Size: size}, true
+			}
+			// The guest-RAM fallback: the area the driver registered.
+			a, ok := dev.DoorbellArea()
+			return agent.Region{GPA: a.GPA, Size: a.Len()}, ok
 		},
 	})
 	defer svc.Close()
