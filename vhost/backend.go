@@ -134,7 +134,7 @@ func (b *Backend) Shutdown(ctx context.Context) {
 	s.markNeedsReset()
 	switch err := s.sendConfigChange(ctx); {
 	case err == nil, errors.Is(err, ErrNotNegotiated):
-	case errors.Is(err, unix.EPIPE), errors.Is(err, unix.ECONNRESET):
+	case errors.Is(err, unix.EPIPE), errors.Is(err, unix.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF):
 		// The front-end hung up first: there is no one to tell.
 		b.log.Debug("shutdown notice not delivered: the front-end is gone", "err", err)
 	default:

@@ -43,6 +43,7 @@ type options struct {
 	api     string
 	verbose bool
 	json    bool
+	realVM  bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -55,6 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.api, "api", "", "management socket of a running vstellard (default: start one in-process)")
 	fs.BoolVar(&o.verbose, "v", false, "log the daemon's and the VMM's events")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
+	fs.BoolVar(&o.realVM, "real-vm", false, "run the verbs between two real VMs (QEMU, a Linux guest) under each QEMU that internal/realvm/prepare.sh prepared; needs root")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -65,6 +67,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	o.memSize = uint64(memGiB*(1<<30)) &^ (1<<21 - 1)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if o.realVM {
+		if err := runRealVMs(ctx, o, stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "vstellar-demo: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	d := &demo{o: o, out: stdout}
 	if o.json {
 		d.out = io.Discard

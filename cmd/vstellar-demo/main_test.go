@@ -48,3 +48,15 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// Without a prepared harness, --real-vm says how to prepare it.
+func TestRealVMNeedsTheHarness(t *testing.T) {
+	t.Setenv("VSTELLAR_REALVM_DIR", t.TempDir())
+	var out, errOut strings.Builder
+	if code := run([]string{"--real-vm"}, &out, &errOut); code != 1 {
+		t.Fatalf("exit %d, want 1: %s", code, errOut.String())
+	}
+	if msg := errOut.String(); !strings.Contains(msg, "prepare.sh") || strings.Count(msg, "\n") != 1 {
+		t.Errorf("message %q: want one line naming prepare.sh", msg)
+	}
+}
