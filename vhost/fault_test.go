@@ -45,3 +45,42 @@ func TestShrunkMemoryBreaksOnlyThatRing(t *testing.T) {
 		t.Fatalf("status %#x lacks DEVICE_NEEDS_RESET", st)
 	}
 }
+
+// The rings themselves in memory the front-end takes away: the
+// notification fields the worker touches around ProcessQueue (used ring
+// flags, avail event) fault too, and that must cost that ring only, not
+// the process (it used to: "fatal error: fault").
+func TestShrunkMemoryUnderTheRingsBreaksOnlyThatRing(t *testing.T) {
+	dev := newEchoDevice(t)
+	b := NewBackend(dev, Options{})
+	s := serve(t, b)
+	g := newTestGuest(t, s.fe)
+	g.handshake()
+	// Without EVENT_IDX, suppressing notifications writes the used ring's
+	// flags before anything else touches the ring.
+	s.fe.mustAck(uint32(ReqSetFeatures), u64(virtio.FeatureMask(virtio.FeatureVersion1)|1<<30))
+	var fds []int
+	for range g.regions() {
+		fds = append(fds, g.memfd)
+	}
+	s.fe.mustAck(uint32(ReqSetMemTable), memTable(g.regions()...), fds...)
+	const n = 8
+	d, _, _ := virtio.RingSizes(n)
+	g.setupQueueAt(0, n, virtio.RingAddrs{Desc: highGPA, Avail: highGPA + d, Used: highGPA + 4096})
+	g.setupQueue(1, n)
+	if got := g.request(0, []byte("ok")); !bytes.Equal(got, []byte("ok")) {
+		t.Fatalf("queue 0: %q", got)
+	}
+
+	if err := unix.Ftruncate(g.memfd, regionSize); err != nil {
+		t.Fatal(err)
+	}
+	g.doKick(0)
+	waitEvent(t, g.errfd[0])
+	if b.Stats().BrokenQueues.Load() != 1 {
+		t.Fatalf("broken queues = %d", b.Stats().BrokenQueues.Load())
+	}
+	if got := g.request(1, []byte{0x55}); !bytes.Equal(got, []byte{0xaa}) {
+		t.Fatalf("queue 1 after the fault: %x", got)
+	}
+}

@@ -196,9 +196,13 @@ func (g *testGuest) startRings(n uint16) {
 }
 
 func (g *testGuest) setupQueue(i uint32, n uint16) {
-	fe := g.fe
 	d, a, u := virtio.RingSizes(n)
-	ra := virtio.RingAddrs{Desc: g.alloc(d), Avail: g.alloc(a), Used: g.alloc(u)}
+	g.setupQueueAt(i, n, virtio.RingAddrs{Desc: g.alloc(d), Avail: g.alloc(a), Used: g.alloc(u)})
+}
+
+// setupQueueAt sets up queue i with its rings at ra.
+func (g *testGuest) setupQueueAt(i uint32, n uint16, ra virtio.RingAddrs) {
+	fe := g.fe
 	q, err := virtio.NewDriverQueue(g.mem, n, ra, true)
 	if err != nil {
 		g.t.Fatal(err)

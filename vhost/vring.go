@@ -491,12 +491,29 @@ func (r *vring) service() {
 	if !r.started || !r.enabled || r.broken || r.q == nil || !r.s.active.Load() {
 		return
 	}
+	var notify bool
+	if err := r.guarded(func() error {
+		var err error
+		notify, err = r.process()
+		return err
+	}); err != nil {
+		r.fail(err)
+		return
+	}
+	if notify {
+		r.signal(r.callFD)
+		r.s.b.stats.Notifies.Add(1)
+	}
+}
+
+// process runs the device on the ring until no buffer is left that it
+// would take, and says whether the driver wants an interrupt.
+func (r *vring) process() (notify bool, err error) {
 	for {
 		r.q.DisableNotify()
 		before := r.q.NextAvail()
-		if err := r.process(); err != nil {
-			r.fail(err)
-			return
+		if err := r.s.dev.ProcessQueue(r.s.ctx, r.idx, r.q, r.mem); err != nil {
+			return false, err
 		}
 		// Re-enable kicks, then look again: a buffer added in between
 		// would otherwise wait for a kick the driver never sends. A device
@@ -506,17 +523,15 @@ func (r *vring) service() {
 			break
 		}
 	}
-	if r.q.NeedsNotify() {
-		r.signal(r.callFD)
-		r.s.b.stats.Notifies.Add(1)
-	}
+	return r.q.NeedsNotify(), nil
 }
 
-// process runs the device on the ring. A fault touching guest memory (a
-// front-end that shrank the file behind a region) becomes an error that
+// guarded runs f, which touches guest memory (the rings' indices and
+// notification fields as much as the buffers), turning a fault (a
+// front-end that shrank the file behind a region) into an error that
 // breaks this ring instead of a crash that would take every device down.
 // Other panics are bugs and propagate.
-func (r *vring) process() (err error) {
+func (r *vring) guarded(f func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
@@ -527,7 +542,7 @@ func (r *vring) process() (err error) {
 			err = fmt.Errorf("memory fault at %#x while processing queue %d: %v", addr, r.idx, p)
 		}
 	}()
-	return r.s.dev.ProcessQueue(r.s.ctx, r.idx, r.q, r.mem)
+	return f()
 }
 
 // fail marks the ring broken after hostile input: it is no longer
