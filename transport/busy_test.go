@@ -383,3 +383,40 @@ func TestBusyHoldLossy(t *testing.T) {
 		}
 	}
 }
+
+// busyThenRNR answers Begin busy n times, then RNR once, then as its
+// sink does: a probe of a busy spell answered with an RNR NAK.
+type busyThenRNR struct {
+	*sink
+	n, calls int
+}
+
+func (s *busyThenRNR) Begin(m *transport.Inbound) (wire.NAK, uint8) {
+	switch s.calls++; {
+	case s.calls <= s.n:
+		return wire.NAKBusy, 0
+	case s.calls == s.n+1:
+		return wire.NAKRNR, 1
+	}
+	return s.sink.Begin(m)
+}
+
+// TestBusyProbeAnsweredRNR: the probe of a busy spell is answered with
+// an RNR NAK, so when the RNR timer fires the packets go back to waiting
+// for a probe with nothing in flight and no timer of the spell's own
+// armed. The probe must still go: the messages complete instead of the
+// connection stalling for good (seen between two real VMs under -race:
+// a WRITE stream across a QMP stop/cont never finished).
+func TestBusyProbeAnsweredRNR(t *testing.T) {
+	cfg := transport.Config{Tenant: 7, MaxPayload: 1024, RetryLimit: 1, RNRRetry: 7}
+	a, b := newPair(t, cfg)
+	sim := netsim.New(1, a.ep, b.ep, cleanLink(), cleanLink())
+	bb := &busyThenRNR{sink: b.sink, n: 3}
+	remake(t, b, cfg, true, bb)
+	a.posts, b.posts = 1, 0
+	run(t, sim, a, b, []wire.Op{wire.OpWrite}, 512, 10*time.Second, nil)
+	sa := a.ep.c.Stats()
+	if a.statuses[transport.StatusOK] != a.posts || sa.RNRNaks == 0 || sa.BusyNaksReceived == 0 {
+		t.Fatalf("statuses %v after %v; %d RNR NAKs, %d BUSY NAKs", a.statuses, time.Duration(sim.Now()), sa.RNRNaks, sa.BusyNaksReceived)
+	}
+}

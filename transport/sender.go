@@ -737,7 +737,12 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 				continue
 			}
 			if m := s.msg(p.msn); m.rnrUntil <= now && s.busy {
-				p.state = pktBusyWait // the probe goes first
+				p.state = pktBusyWait // the probe goes first...
+				if s.probeAt == 0 {
+					// ...and goes now: the RNR NAK answered the last
+					// one, so no probe timer is armed.
+					s.probeAt = now
+				}
 			} else if m.rnrUntil <= now {
 				p.state = pktLost
 				s.lost++
