@@ -53,6 +53,15 @@
 //	    recovers and the fraction of the remaining capacity after, each
 //	    selector beside the single path. Needs root.
 //
+//	vstellar-bench realvm [--quick] [--json]
+//	    Per QEMU of the real-VM harness (internal/realvm/prepare.sh), two
+//	    real VMs (Debian's kernel under TCG, the guest program as /init) on
+//	    one in-process daemon beside two simulated guests serving the same
+//	    verbs agent: device-ready time, WRITE bandwidth at 64 KiB and 1 MiB
+//	    and 8-byte WRITE latency, with the ratios real/simulated. Under TCG
+//	    the real figures measure emulation, not the device. Needs root and
+//	    the harness.
+//
 //	vstellar-bench report [--quick] [--out docs/benchmarks.md] [--plots docs/plots] [--suites a,b]
 //	    Runs the suites one after the other in this process and writes
 //	    the results page (wholly generated) and its SVG plots. Suites

@@ -19,4 +19,9 @@
 //	vm, err := realvm.Start(t.Context(), cfg)
 //	t.Cleanup(func() { vm.Kill(); vm.Wait() })
 //	line, err := vm.WaitSerial(ctx, "ready")
+//
+// For VMs running the guest program (cmd/vstellar-guest) with its verbs
+// agent, as the real-VM tests and vstellar-bench realvm do:
+// Env.BuildGuestImage, Env.GuestConfig, then BootGuest (or Start and
+// DialAgent).
 package realvm
