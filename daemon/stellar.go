@@ -44,9 +44,18 @@ func StellarDevice(_ context.Context, spec DeviceSpec, shared Shared, log *slog.
 	case err != nil:
 		return Instance{}, err
 	}
-	be := vhost.NewBackend(dev, vhost.Options{Name: spec.Name, Logger: log})
+	be := vhost.NewBackend(dev, vhost.Options{Name: spec.Name, Logger: log, Withhold: withheldProtocolFeatures})
 	return Instance{Backend: be, Device: dev}, nil
 }
+
+// withheldProtocolFeatures: QEMU 11.1.3 with CONFIGURE_MEM_SLOTS crashes
+// (a NULL dereference in its ADD/REM_MEM_REG bookkeeping) when a guest
+// reset takes the shared-memory BAR's mapping out of the memory table,
+// which it reports to the back-end as memory (seen in e2e/realvm's
+// TestGuestReboot). With SET_MEM_TABLE it does not; the cost is QEMU's
+// limit of 8 memory regions per table, which a VM without memory hot-plug
+// never reaches.
+const withheldProtocolFeatures = 1 << vhost.ProtoConfigureMemSlots
 
 // limitsJSON is the JSON form of a device's "limits" object. Absent or
 // zero fields take abi.DefaultLimits.

@@ -56,6 +56,7 @@ func (s *session) startActivation() {
 	if s.active.Load() || s.activation != nil || !s.ready() {
 		return
 	}
+	s.dropStaleState()
 	ctx, cancel := context.WithCancel(s.ctx)
 	a := &activation{cancel: cancel, done: make(chan struct{})}
 	s.activation = a
@@ -64,6 +65,28 @@ func (s *session) startActivation() {
 		defer close(a.done)
 		s.activate(ctx, env)
 	}()
+}
+
+// dropStaleState drops the device's state when a new driver starts it.
+// QEMU forwards no guest reset to the back-end: a reboot, or a new QEMU
+// on the device's socket, looks like a VM resumed after a pause, except
+// that every ring restarts at index 0 where a resumed one restarts where
+// it stopped. Keeping the previous driver's rings, MRs and doorbell area
+// until its successor's RESET_STATE would let the device write into
+// memory the new driver now owns.
+func (s *session) dropStaleState() {
+	for _, r := range s.rings {
+		r.mu.Lock()
+		fresh := r.base == 0
+		r.mu.Unlock()
+		if !fresh {
+			return
+		}
+	}
+	if s.b.used.Swap(false) {
+		s.log.Info("a new driver started the rings at index 0: dropping the previous driver's state")
+		s.dev.Deactivate(true)
+	}
 }
 
 // waitActivation cancels a pending activation and waits for it: after it

@@ -3,6 +3,7 @@ package vhost
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"slices"
 	"testing"
@@ -200,5 +201,50 @@ func TestRingsStopAndStartTheDevice(t *testing.T) {
 	}
 	if acts, _, _, _ := dev.snapshot(); acts != 2 {
 		t.Fatalf("activations %d, want 2", acts)
+	}
+}
+
+// QEMU forwards no guest reset: a rebooted guest's driver (or a new
+// QEMU's) starts every ring at index 0, and the device must drop the
+// previous driver's state before it goes live again, while a VM resumed
+// after a pause (rings restarted where they stopped) keeps it.
+func TestNewDriverDropsTheOldState(t *testing.T) {
+	dev := newEchoDevice(t)
+	s := serve(t, NewBackend(dev, Options{}))
+	g := newTestGuest(t, s.fe)
+	g.handshake()
+	g.startRings(16)
+	g.request(0, []byte("a"))
+	g.request(1, []byte("b"))
+	stop := func() (bases [2]uint32) {
+		for i := range 2 {
+			bases[i] = binary.LittleEndian.Uint32(s.fe.call(uint32(ReqGetVringBase), state(uint32(i), 0))[4:])
+		}
+		return bases
+	}
+	resume := func(bases [2]uint32) {
+		for i := range 2 {
+			s.fe.mustAck(uint32(ReqSetVringBase), state(uint32(i), bases[i]))
+			k := eventfd(t)
+			g.kick[i] = k
+			s.fe.mustAck(uint32(ReqSetVringKick), u64(uint64(i)), k)
+			s.fe.mustAck(uint32(ReqSetVringCall), u64(uint64(i)), g.call[i])
+		}
+	}
+	// A pause: the rings resume where they stopped; nothing is dropped.
+	resume(stop())
+	g.request(0, []byte("c"))
+	if _, deact, _, _ := dev.snapshot(); !slices.Equal(deact, []bool{false}) {
+		t.Fatalf("deactivations %v after a pause, want one suspend", deact)
+	}
+	// A reboot: new rings from index 0; the old state goes first.
+	stop()
+	g.qs, g.kick, g.call, g.errfd = nil, nil, nil, nil
+	for i := range 2 {
+		g.setupQueue(uint32(i), 16)
+	}
+	g.request(0, []byte("d"))
+	if acts, deact, _, _ := dev.snapshot(); acts != 3 || !slices.Equal(deact, []bool{false, false, true}) {
+		t.Fatalf("activations %d, deactivations %v after a reboot: want the old state dropped (true) before the third activation", acts, deact)
 	}
 }

@@ -23,6 +23,9 @@ type Options struct {
 	// MaxMemSlots is returned by GET_MAX_MEM_SLOTS and bounds the memory
 	// table (default 32; QEMU caps vhost-user at 509).
 	MaxMemSlots uint64
+	// Withhold are protocol features not to offer, of those the Backend
+	// supports (SupportedProtocolFeatures).
+	Withhold uint64
 }
 
 const defaultMaxMemSlots = 32
@@ -38,6 +41,11 @@ type Backend struct {
 	mu   sync.Mutex
 	cur  *session // the connection being served, or nil
 	busy bool
+
+	// used: a driver moved a ring since the device's state was last
+	// dropped, so a driver that starts every ring at index 0 is a new
+	// one (activation.go).
+	used atomic.Bool
 
 	stats Stats
 }
@@ -68,6 +76,9 @@ func NewBackend(dev Device, opts Options) *Backend {
 	}
 	return &Backend{dev: dev, opts: opts, log: log.With("device", opts.Name)}
 }
+
+// protocolFeatures are the protocol features offered.
+func (b *Backend) protocolFeatures() uint64 { return SupportedProtocolFeatures &^ b.opts.Withhold }
 
 // Stats returns the backend's counters.
 func (b *Backend) Stats() *Stats { return &b.stats }

@@ -354,3 +354,21 @@ func TestHostileFrontEnd(t *testing.T) {
 		})
 	}
 }
+
+// A protocol feature the Backend is told to withhold is neither offered
+// nor accepted.
+func TestWithheldProtocolFeature(t *testing.T) {
+	s := serve(t, NewBackend(newEchoDevice(t), Options{Withhold: ProtoConfigureMemSlots.Mask()}))
+	offered := binary.LittleEndian.Uint64(s.fe.call(uint32(ReqGetProtocolFeatures), nil))
+	if offered&ProtoConfigureMemSlots.Mask() != 0 || offered&ProtoShmem.Mask() == 0 {
+		t.Fatalf("offered %#x", offered)
+	}
+	s.fe.send(uint32(ReqSetProtocolFeatures), vFlag, u64(offered|ProtoConfigureMemSlots.Mask()))
+	// Refused: nothing was negotiated, MQ's GET_QUEUE_NUM included.
+	if r := s.fe.call(uint32(ReqGetQueueNum), nil); len(r) != 0 {
+		t.Fatalf("GET_QUEUE_NUM answered %x after a refused SET_PROTOCOL_FEATURES", r)
+	}
+	s.fe.send(uint32(ReqSetProtocolFeatures), vFlag, u64(offered))
+	// The offer taken: ADD_MEM_REG is not negotiated.
+	s.fe.mustFail(uint32(ReqAddMemReg), singleRegion([4]uint64{0, regionSize, uvaBase, 0}), eventfd(t))
+}

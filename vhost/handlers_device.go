@@ -67,7 +67,7 @@ func (s *session) getProtocolFeatures(m *Message) ([]byte, error) {
 	if err := wantEmpty(m); err != nil {
 		return nil, err
 	}
-	return encodeU64(SupportedProtocolFeatures), nil
+	return encodeU64(s.b.protocolFeatures()), nil
 }
 
 func (s *session) setProtocolFeatures(m *Message) ([]byte, error) {
@@ -75,7 +75,7 @@ func (s *session) setProtocolFeatures(m *Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if extra := f &^ SupportedProtocolFeatures; extra != 0 {
+	if extra := f &^ s.b.protocolFeatures(); extra != 0 {
 		return nil, fmt.Errorf("protocol features %#x were not offered", extra)
 	}
 	s.proto.Store(f)
@@ -146,6 +146,7 @@ func (s *session) resetDevice(m *Message) ([]byte, error) {
 	}
 	s.stopAllRings()
 	s.deactivate(true)
+	s.b.used.Store(false)
 	s.forgetRings()
 	s.statusMu.Lock()
 	s.status = 0

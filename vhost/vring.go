@@ -241,6 +241,9 @@ func (r *vring) stopAndBase() uint16 {
 	if r.q != nil {
 		r.base = r.q.NextAvail()
 	}
+	if r.base != 0 {
+		r.s.b.used.Store(true)
+	}
 	r.started = false
 	r.closeFD(&r.callFD)
 	return r.base
