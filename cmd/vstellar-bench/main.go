@@ -45,7 +45,7 @@ var suites = []suite{
 	{"loss", "VM-to-VM goodput under loss, selective repeat vs go-back-N (needs root)", lossMethod, true, lossGoals, runLoss},
 	{"spray", "leaf-spine permutation goodput per path selector vs single path (needs root)", sprayMethod, true, sprayGoals, runSpray},
 	{"failover", "goodput through a black-holed spine, sprayers vs single path (needs root)", failoverMethod, true, failoverGoals, runFailover},
-	{"realvm", "real VMs (QEMU, TCG) vs simulated guests: device ready, WRITE bandwidth, latency (needs root and the real-VM harness)", realvmMethod, true, nil, runRealVM},
+	{"realvm", "real VMs (QEMU, TCG) vs simulated guests: device ready, WRITE bandwidth, latency (needs root and the real-VM harness)", realvmMethod, true, realvmGoals, runRealVM},
 }
 
 // errUsage marks a suite's error about its flags: exit status 2, as for

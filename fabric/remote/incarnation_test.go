@@ -178,6 +178,16 @@ func TestStaleIncarnation(t *testing.T) {
 		begins, _, _, _ := b.dev.snapshot()
 		return a.f.Stats(), b.f.Stats(), begins
 	}
+	// A retransmission of the new WRITE (its RTO can fire under load
+	// before its ACK is in) may still be on its way to b: let it land
+	// before the counts are taken.
+	for quiet, last, deadline := 0, uint64(0), time.Now().Add(2*time.Second); quiet < 3 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if n := a.f.Stats().Received + b.f.Stats().Received; n == last {
+			quiet++
+		} else {
+			quiet, last = 0, n
+		}
+	}
 	sa0, sb0, begins0 := before()
 	replay(t, b.f.Addr(), staleData)
 	replay(t, a.f.Addr(), staleAck)
