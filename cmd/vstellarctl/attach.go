@@ -29,7 +29,7 @@ func (h *hotplugFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.id, "id", "", "QEMU device `id` (default vst-DEVICE_NAME)")
 	fs.StringVar(&h.bus, "bus", "", "bus `id` to plug into, e.g. a free pcie-root-port on q35")
 	fs.StringVar(&h.socketPath, "socket-path", "", "the device's vhost-user socket `path`, instead of asking vstellard")
-	fs.DurationVar(&h.reconnect, "reconnect", time.Second, "QEMU's reconnect interval to vstellard (0: none)")
+	fs.DurationVar(&h.reconnect, "reconnect", 0, "QEMU's reconnect interval to vstellard (0: none; stock QEMU 10.2 and 11.1 abort on a reconnect, see docs/attach.md)")
 }
 
 // parseArgs parses flags before or after positional arguments, as
