@@ -20,7 +20,8 @@ type Host struct {
 	log    *slog.Logger
 	api    string
 	client *daemon.Client
-	dir    string // run dir we created, removed on Close
+	dir    string // the in-process daemon's run dir
+	ownDir bool   // dir is ours: removed on Close
 	cancel context.CancelFunc
 	done   chan error
 	vms    []*VM
@@ -39,6 +40,11 @@ type Options struct {
 	// (daemon.Config.ListenIn). See Pair for two hosts made so.
 	Fabric   *daemon.FabricSpec
 	ListenIn func(open func() error) error
+	// RunDir, for an in-process daemon, is its run directory, kept on
+	// Close; empty makes a temporary one, removed on Close. A daemon
+	// started again on the same RunDir serves devices of the same names
+	// on the same sockets, as a restarted vstellard does.
+	RunDir string
 }
 
 // New starts (or connects to) a daemon.
@@ -49,9 +55,18 @@ func New(ctx context.Context, o Options) (*Host, error) {
 	}
 	h := &Host{log: log, api: o.API}
 	if h.api == "" {
-		dir, err := os.MkdirTemp("", "vstellar-host-")
-		if err != nil {
-			return nil, err
+		dir, own := o.RunDir, false
+		if dir == "" {
+			d, err := os.MkdirTemp("", "vstellar-host-")
+			if err != nil {
+				return nil, err
+			}
+			dir, own = d, true
+		}
+		removeDir := func() {
+			if own {
+				os.RemoveAll(dir)
+			}
 		}
 		cfg := daemon.DefaultConfig()
 		cfg.RunDir = dir
@@ -59,7 +74,7 @@ func New(ctx context.Context, o Options) (*Host, error) {
 		cfg.Fabric, cfg.ListenIn = o.Fabric, o.ListenIn
 		m, err := daemon.New(cfg, log)
 		if err != nil {
-			os.RemoveAll(dir)
+			removeDir()
 			return nil, fmt.Errorf("hostsim: %w", err)
 		}
 		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -69,15 +84,15 @@ func New(ctx context.Context, o Options) (*Host, error) {
 		case <-m.Ready():
 		case err := <-done:
 			cancel()
-			os.RemoveAll(dir)
+			removeDir()
 			return nil, fmt.Errorf("hostsim: daemon: %w", err)
 		case <-ctx.Done():
 			cancel()
 			<-done
-			os.RemoveAll(dir)
+			removeDir()
 			return nil, ctx.Err()
 		}
-		h.dir, h.cancel, h.done, h.api, h.mgr = dir, cancel, done, m.APISocket(), m
+		h.dir, h.ownDir, h.cancel, h.done, h.api, h.mgr = dir, own, cancel, done, m.APISocket(), m
 	}
 	h.client = daemon.NewClient(h.api)
 	return h, nil
@@ -255,7 +270,7 @@ func (h *Host) Close() error {
 	h.vms = nil
 	h.client.Close()
 	errs = append(errs, h.Shutdown())
-	if h.dir != "" {
+	if h.ownDir {
 		errs = append(errs, os.RemoveAll(h.dir))
 	}
 	return errors.Join(errs...)

@@ -22,7 +22,10 @@ type config struct {
 	poll  bool
 	// handBack: on exit, return the device to the kernel's virtio_pci.
 	handBack bool
-	timeout  time.Duration // 0: none
+	// wait: wait for the device to be plugged in when there is none, and
+	// again after it is unplugged (hot-plug).
+	wait    bool
+	timeout time.Duration // 0: none
 }
 
 func defaults() config {
@@ -48,6 +51,7 @@ func configFromFlags(args []string) (config, error) {
 	fs.StringVar(&c.tty, "tty", c.tty, "serial port the agent serves")
 	fs.BoolVar(&c.poll, "poll", false, "poll the rings instead of taking the INTx interrupt")
 	fs.BoolVar(&c.handBack, "handback", false, "on exit, give the device back to the kernel's virtio_pci driver")
+	fs.BoolVar(&c.wait, "wait", false, "wait for the device to be hot-plugged, and again after it is unplugged")
 	fs.DurationVar(&c.timeout, "timeout", 0, "stop after this long (0: never)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -93,6 +97,8 @@ func parseCmdline(s string) (config, error) {
 			c.poll = on(v)
 		case "vstellar.handback":
 			c.handBack = on(v)
+		case "vstellar.wait":
+			c.wait = on(v)
 		case "vstellar.timeout":
 			c.timeout, err = time.ParseDuration(v)
 			timeoutSet = true

@@ -23,6 +23,7 @@ func TestParseCmdline(t *testing.T) {
 		{"vstellar.mode=probe vstellar.timeout=30s vstellar.poll=1 vstellar.addr=0000:00:03.0 vstellar.tty=/dev/ttyS2 vstellar.devid=0x29 vstellar.handback=on\n",
 			config{mode: "probe", devID: 41, addr: "0000:00:03.0", tty: "/dev/ttyS2", poll: true, handBack: true, timeout: 30 * time.Second}, false},
 		{"vstellar.mode=agent vstellar.timeout=0s", config{mode: "agent", devID: 42, tty: "/dev/ttyS1"}, false},
+		{"vstellar.wait=1", config{mode: "agent", devID: 42, tty: "/dev/ttyS1", wait: true}, false},
 		{"vstellar.mode=bench", config{}, true},
 		{"vstellar.devid=70000", config{}, true},
 		{"vstellar.devid=65000", config{}, true}, // 0x1040+id must fit 16 bits
@@ -43,8 +44,8 @@ func TestParseCmdline(t *testing.T) {
 }
 
 func TestConfigFromFlags(t *testing.T) {
-	c, err := configFromFlags([]string{"-mode", "probe", "-devid", "41", "-poll"})
-	if err != nil || c.mode != "probe" || c.devID != 41 || !c.poll || c.tty != "/dev/ttyS1" || c.timeout != 0 {
+	c, err := configFromFlags([]string{"-mode", "probe", "-devid", "41", "-poll", "-wait"})
+	if err != nil || c.mode != "probe" || c.devID != 41 || !c.poll || !c.wait || c.tty != "/dev/ttyS1" || c.timeout != 0 {
 		t.Errorf("%+v, %v", c, err)
 	}
 	if _, err := configFromFlags([]string{"-mode", "x"}); err == nil {

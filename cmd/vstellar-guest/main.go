@@ -19,7 +19,15 @@
 //	vstellar.tty=PATH           the agent's serial port (/dev/ttyS1)
 //	vstellar.poll=1             poll the rings instead of taking INTx
 //	vstellar.handback=1         give the device back to virtio_pci at the end
+//	vstellar.wait=1             wait for the device to be hot-plugged, and
+//	                            again after it is unplugged
 //	vstellar.timeout=DURATION   power off after this long (probe: 2m)
+//
+// The agent lets the host reboot the guest (an abrupt reboot, no driver
+// shutdown) and reset and re-open the device (after a restarted
+// vstellard). With vstellar.wait the program waits for a device to be
+// hot-plugged, lets it go when the kernel removes it (touching none of
+// its registers again) and waits for the next.
 //
 // Every step prints one line to the console with the time since the
 // kernel booted and since the program started.

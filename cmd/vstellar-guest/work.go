@@ -56,59 +56,53 @@ type result struct {
 }
 
 // work opens the device and probes it or serves the agent; it returns
-// the exit status.
+// the exit status. With cfg.wait a device that is unplugged is released
+// and waited for again.
 func work(cfg config, con *console) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(con, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	con.printf("opening virtio device id %d (PCI %04x:%04x), mode %s", cfg.devID, abi.PCIVendorID, 0x1040+int(cfg.devID), cfg.mode)
-	openStart := con.sinceStart()
-	vt, err := virtiopci.Open(ctx, virtiopci.Options{DeviceID: cfg.devID, Address: cfg.addr, Poll: cfg.poll, HandBack: cfg.handBack, Logger: log})
-	if err != nil {
-		con.printf("FAIL transport: %v", err)
-		return 1
+	for {
+		con.printf("opening virtio device id %d (PCI %04x:%04x), mode %s", cfg.devID, abi.PCIVendorID, 0x1040+int(cfg.devID), cfg.mode)
+		d := &device{cfg: cfg, con: con, log: log}
+		if err := d.open(ctx); err != nil {
+			con.printf("FAIL open: %v", err)
+			return 1
+		}
+		res, err := probe(ctx, d.dev, d.t, con, d.found)
+		if err != nil {
+			con.printf("FAIL probe: %v", err)
+			d.close()
+			return 1
+		}
+		j, _ := json.Marshal(res)
+		con.printf("probe-result %s", j)
+		if cfg.mode == "probe" {
+			con.printf("PASS probe")
+			d.close()
+			return 0
+		}
+		status, removed := serveAgent(ctx, cfg, d, con, log)
+		if !removed {
+			d.close()
+			return status
+		}
+		// Its registers are gone: the transport unmaps and lets go
+		// without touching them.
+		d.close()
+		con.printf("device removed: released it")
+		if !cfg.wait {
+			return 1
+		}
 	}
-	defer func() {
-		err := vt.Close()
-		con.printf("transport closed, device reset (error: %v); driver now: %s", err, driverOf(vt.Address()))
-	}()
-	con.printf("pci-config %x", vt.PCIConfig())
-	con.printf("transport up: %s, features %#x (%s), layout %+v", vt.Address(), vt.Features(), abi.FeatureString(vt.Features()), vt.Layout())
-	t := &readyTransport{Transport: vt, con: con}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	dev, err := guestdriver.Open(cctx, t)
-	cancel()
-	if err != nil {
-		con.printf("FAIL open: %v", err)
-		return 1
-	}
-	defer dev.Close()
-	res, err := probe(ctx, dev, t, con, openStart)
-	if err != nil {
-		con.printf("FAIL probe: %v", err)
-		return 1
-	}
-	j, _ := json.Marshal(res)
-	con.printf("probe-result %s", j)
-	if cfg.mode == "probe" {
-		con.printf("PASS probe")
-		return 0
-	}
-	return serveAgent(ctx, cfg, dev, t, con, log)
 }
 
 func probe(ctx context.Context, dev *guestdriver.Device, t *readyTransport, con *console, openStart time.Duration) (result, error) {
 	ready := time.Duration(t.ready.Load())
-	con.printf("device ready %.1f ms after start (first control command completed; transport opened at %.1f ms)",
-		ms(ready), ms(openStart))
+	con.printf("device ready %.1f ms after start, %.1f ms after the transport began to open (first control command completed; transport opened at %.1f ms)",
+		ms(ready), ms(ready-openStart), ms(openStart))
 	cfg := dev.Config()
-	mode := "none"
-	switch {
-	case cfg.Status&abi.ConfigStatusDoorbellShmem != 0:
-		mode = "shmem"
-	case cfg.Status&abi.ConfigStatusDoorbellGuestRAM != 0:
-		mode = "guest-ram"
-	}
+	mode := doorbellMode(cfg.Status)
 	con.printf("config: abi %d.%d, status %#x (doorbells %s), %d doorbell pages of %d",
 		cfg.ABIVersion>>16, cfg.ABIVersion&0xffff, cfg.Status, mode, cfg.Doorbell.Pages, cfg.Doorbell.PageSize)
 	qctx, cancel := context.WithTimeout(ctx, time.Minute)

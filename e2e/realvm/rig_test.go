@@ -86,6 +86,8 @@ type bootOptions struct {
 	memory      int64
 	allowReboot bool
 	reconnect   time.Duration // the chardev's reconnect-ms (0: none)
+	// configure, if set, adjusts the VM's configuration last.
+	configure func(*realvm.Config)
 }
 
 // boot creates a device on the rig's daemon, starts a VM on qemu with
@@ -116,6 +118,9 @@ func (r *rig) start(qemu, name string, o bootOptions, devs ...hotplug.Spec) *rea
 	}
 	cfg.AllowReboot = o.allowReboot
 	cfg.Logger = r.log.With("vm", name)
+	if o.configure != nil {
+		o.configure(&cfg)
+	}
 	vm, err := realvm.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -176,4 +181,23 @@ func pauseVM(ctx context.Context, g *guest) error {
 	time.Sleep(200 * time.Millisecond)
 	_, err = q.Execute(ctx, "cont", nil)
 	return err
+}
+
+// qemusWhere returns the harness's QEMUs that can run a test, and logs
+// why each other one cannot: a limit of that QEMU, not of the device.
+func qemusWhere(t *testing.T, can func(realvm.QEMU) bool, why string) []string {
+	t.Helper()
+	env := newRigEnv(t)
+	var names []string
+	for _, n := range env.QEMUNames() {
+		if q, _ := env.QEMU(n); can(q) {
+			names = append(names, n)
+		} else {
+			t.Logf("not under %s: %s", n, why)
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("no QEMU of the harness can run this test")
+	}
+	return names
 }

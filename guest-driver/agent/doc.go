@@ -13,7 +13,11 @@
 // (to show the device refuses memory it must refuse), and loops that run
 // inside the guest so that the RPC is not in what they measure: a WRITE
 // bandwidth loop, an 8-byte ping-pong (PingPong on one side, Echo on the
-// other) and a WRITE stream that runs until it is stopped.
+// other) and a WRITE stream that runs until it is stopped. The host may
+// also drive the device's life cycle through hooks the guest program
+// provides (Options.Reboot, Options.Reopen): Reboot reboots the guest
+// once its reply is out; Reopen resets the device and probes it again,
+// as after a restarted vstellard.
 //
 // Every number a request carries is checked before use: a bad request
 // gets an error, never a panic (a fuzz test feeds random JSON-RPC). An
@@ -28,6 +32,6 @@
 // Files: api.go (the wire types), pattern.go, service.go (set-up and
 // serving), rpc.go (the methods net/rpc calls), service_mem.go,
 // service_post.go, loops.go and stream.go (the guest-side loops),
-// errors.go, client.go, pair.go, scenarios.go and scenarios_loops.go,
-// report.go.
+// lifecycle.go (Reboot, Reopen, Forget), errors.go, client.go, pair.go,
+// scenarios.go and scenarios_loops.go, report.go.
 package agent

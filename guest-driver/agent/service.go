@@ -34,20 +34,30 @@ type Options struct {
 	// MaxWait bounds every duration and timeout a request may ask for
 	// (default 10 min).
 	MaxWait time.Duration
+	// Reboot, if set, serves the host's Reboot: the guest program
+	// reboots the guest. It runs once the reply is written. Nil refuses
+	// Reboot.
+	Reboot func()
+	// Reopen, if set, serves the host's Reopen (see lifecycle.go): it
+	// closes the device, resets it, opens it again and returns the new
+	// Device, which the Service serves from then on; on failure it
+	// returns an error and no device. Nil refuses Reopen.
+	Reopen func(ctx context.Context) (*guestdriver.Device, error)
 }
 
 // Service serves one opened device to a host. Its remote methods are
 // those of the RPC type below; each may run concurrently with the
 // others (net/rpc runs every request in its own goroutine).
 type Service struct {
-	dev *guestdriver.Device
 	o   Options
 	log *slog.Logger
 
-	// mu guards st: Setup and Reset hold it for writing, everything that
-	// uses the objects holds it for reading while it does.
-	mu sync.RWMutex
-	st *objects
+	// mu guards dev and st: Setup, Reset and Reopen hold it for
+	// writing, everything that uses them holds it for reading while it
+	// does.
+	mu  sync.RWMutex
+	dev *guestdriver.Device // nil once Forget or a failed Reopen dropped it
+	st  *objects
 
 	// loopMu guards loop: at most one loop (bandwidth, ping-pong, echo,
 	// stream) at a time, since they own the send queue and its CQ.
@@ -114,7 +124,7 @@ func (s *Service) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	s.log.Info("serving")
-	srv.ServeCodec(jsonrpc.NewServerCodec(conn))
+	srv.ServeCodec(afterReply{ServerCodec: jsonrpc.NewServerCodec(conn), s: s})
 	s.log.Info("stream ended")
 	return context.Cause(ctx)
 }
@@ -157,6 +167,11 @@ func (s *Service) use(f func(o *objects) error) error {
 
 // info answers Info.
 func (s *Service) info(ctx context.Context) (InfoReply, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.dev == nil {
+		return InfoReply{}, errNoDevice
+	}
 	cfg := s.dev.Config()
 	r := InfoReply{
 		ABIVersion: cfg.ABIVersion, Status: cfg.Status, DoorbellMode: doorbellMode(cfg.Status),
@@ -176,9 +191,7 @@ func (s *Service) info(ctx context.Context) (InfoReply, error) {
 		return r, err
 	}
 	r.PortState, r.ActiveMTU = p.State, p.ActiveMTU
-	s.mu.RLock()
 	r.SetUp = s.st != nil
-	s.mu.RUnlock()
 	return r, nil
 }
 
@@ -196,13 +209,6 @@ func doorbellMode(status uint32) string {
 // buffer registered as an MR.
 func (s *Service) setup(ctx context.Context, a SetupArgs) (SetupReply, error) {
 	a = withDefaults(a)
-	lim := s.dev.Limits()
-	switch {
-	case a.BufSize > 1<<30 || a.BufSize > lim.MaxMRSize:
-		return SetupReply{}, fmt.Errorf("buffer of %d bytes (at most 1 GiB and the device's %d)", a.BufSize, lim.MaxMRSize)
-	case a.CQEntries < 0 || uint64(a.CQEntries) > uint64(lim.MaxCQE):
-		return SetupReply{}, fmt.Errorf("CQ of %d entries (device: %d)", a.CQEntries, lim.MaxCQE)
-	}
 	if err := a.Access.Validate(); err != nil {
 		return SetupReply{}, err
 	}
@@ -212,6 +218,16 @@ func (s *Service) setup(ctx context.Context, a SetupArgs) (SetupReply, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dev == nil {
+		return SetupReply{}, errNoDevice
+	}
+	lim := s.dev.Limits()
+	switch {
+	case a.BufSize > 1<<30 || a.BufSize > lim.MaxMRSize:
+		return SetupReply{}, fmt.Errorf("buffer of %d bytes (at most 1 GiB and the device's %d)", a.BufSize, lim.MaxMRSize)
+	case a.CQEntries < 0 || uint64(a.CQEntries) > uint64(lim.MaxCQE):
+		return SetupReply{}, fmt.Errorf("CQ of %d entries (device: %d)", a.CQEntries, lim.MaxCQE)
+	}
 	if s.st != nil {
 		return SetupReply{}, errors.New("already set up (call Reset first)")
 	}

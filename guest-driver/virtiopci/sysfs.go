@@ -72,6 +72,13 @@ func readHex(path string) (uint64, error) {
 	return strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(string(b)), "0x"), 16, 64)
 }
 
+// present reports whether the device is still in sysfs (a hot-unplug
+// removes it).
+func (d pciDev) present() bool {
+	_, err := os.Stat(d.path())
+	return err == nil
+}
+
 // driver is the name of the kernel driver bound to the device ("" none).
 func (d pciDev) driver() string {
 	l, err := os.Readlink(d.path("driver"))

@@ -231,10 +231,13 @@ func (t *Transport) Interrupts() uint64 {
 // interrupt reader, unmaps the BARs and the DMA memory and, with
 // Options.HandBack, returns the device to the kernel's virtio_pci.
 // Buffers and views from the transport must not be used afterwards.
+// A device that was hot-unplugged is only let go: its BARs are gone, and
+// touching them would fault.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		var errs []error
-		if t.cc.v.Len() > 0 {
+		gone := t.dev.addr != "" && !t.dev.present()
+		if t.cc.v.Len() > 0 && !gone {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			errs = append(errs, t.cc.reset(ctx))
 			cancel()
@@ -251,7 +254,7 @@ func (t *Transport) Close() error {
 		if t.dma != nil {
 			errs = append(errs, t.dma.close())
 		}
-		if t.opts.HandBack && t.dev.addr != "" {
+		if t.opts.HandBack && t.dev.addr != "" && !gone {
 			errs = append(errs, t.dev.rebind(""))
 		}
 		t.closeErr = errors.Join(errs...)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -310,5 +311,29 @@ func TestReadConfigAndDoorbells(t *testing.T) {
 	cancel()
 	if _, err := tr.ReadConfig(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("config read after cancel: %v", err)
+	}
+}
+
+// Close resets a device that is there, and only lets go of one that was
+// hot-unplugged: its registers are gone (touching them would fault).
+func TestCloseAfterUnplug(t *testing.T) {
+	const addr = "0000:00:02.0"
+	for _, unplugged := range []bool{false, true} {
+		b := newFakeBAR(t, 0, 0, nil)
+		tr := b.transport(t)
+		root := fakeSysfs(t, map[string][2]string{addr: {"0x1af4", "0x106a"}}, addr)
+		tr.dev = pciDev{sysfs: root, addr: addr}
+		if unplugged {
+			if err := os.RemoveAll(tr.dev.path()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tr.Close(); err != nil {
+			t.Fatalf("unplugged %v: Close: %v", unplugged, err)
+		}
+		st := virtio.Status(b.cc.MMIORead8(ccDeviceStatus))
+		if reset := st == 0; reset == unplugged {
+			t.Errorf("unplugged %v: status %v after Close", unplugged, st)
+		}
 	}
 }

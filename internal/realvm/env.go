@@ -62,6 +62,11 @@ type QEMU struct {
 	VirtioID int
 	// SharedMemory says whether it has vhost-user shared-memory regions.
 	SharedMemory bool
+	// BackendReconnect says whether its generic vhost-user device survives
+	// a back-end reconnect (and cold-plug with reconnect-ms): stock QEMU's
+	// aborts (vhost_dev_start: Assertion 'hdev->vhost_ops'); the patched
+	// 10.2.2 carries qemu/0002-*.patch.
+	BackendReconnect bool
 }
 
 // Kernel is the guest kernel.
@@ -118,6 +123,7 @@ type manifestQEMU struct {
 	Version      string   `json:"version"`
 	VirtioID     int      `json:"virtio_id"`
 	SharedMemory bool     `json:"shared_memory"`
+	Reconnect    bool     `json:"backend_reconnect"`
 }
 
 // HarnessDir is the harness directory: $VSTELLAR_REALVM_DIR, else
@@ -164,12 +170,13 @@ func Load(dir string) (*Env, error) {
 	}
 	for name, q := range m.QEMU {
 		v := QEMU{
-			Name:         name,
-			Loader:       need(q.Loader),
-			Binary:       need(q.Binary),
-			Version:      q.Version,
-			VirtioID:     q.VirtioID,
-			SharedMemory: q.SharedMemory,
+			Name:             name,
+			Loader:           need(q.Loader),
+			Binary:           need(q.Binary),
+			Version:          q.Version,
+			VirtioID:         q.VirtioID,
+			SharedMemory:     q.SharedMemory,
+			BackendReconnect: q.Reconnect,
 		}
 		for _, p := range q.LibraryPath {
 			v.LibraryPath = append(v.LibraryPath, need(p))

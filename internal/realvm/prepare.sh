@@ -60,7 +60,9 @@ HOST_PACKAGES="debootstrap cpio zstd xz-utils"
 SID_INCLUDE=qemu-system-x86
 QEMU_DEB_VERSION=1:10.2.2+ds-1
 QEMU_NAME=qemu-10.2.2-rdma
-PATCH=$HERE/qemu/0001-virtio-name-virtio-id-42.patch
+# QEMU 10.2.2's patches, applied in order: 0001 names virtio id 42; 0002
+# lets the generic vhost-user device survive a back-end reconnect.
+PATCHES=("$HERE"/qemu/*.patch)
 BUILD_DEPS="build-essential ninja-build meson pkg-config libglib2.0-dev libpixman-1-dev python3-venv python3-pycotap flex bison libfdt-dev libslirp-dev device-tree-compiler"
 CONFIGURE_FLAGS="--target-list=x86_64-softmmu --disable-docs --disable-werror --disable-sdl --disable-gtk --disable-vnc --disable-opengl --disable-virglrenderer --disable-spice --disable-xen --disable-capstone --disable-rust --enable-slirp --enable-fdt=system --disable-install-blobs --disable-download"
 KERNEL_SUITE=trixie
@@ -196,16 +198,17 @@ step_sid() {
 # probe_virtio_id BINARY ID: whether that QEMU creates a generic vhost-user
 # device with virtio id ID: it gets past virtio_init (whose name lookup
 # aborts on an unnamed id) to the back-end handshake, which fails since
-# nobody connects to the server socket.
+# nobody connects to the server socket, or (with 0002-*.patch, which
+# waits for the chardev's first connection) waits there until timeout.
 probe_virtio_id() {
-	local bin=$1 id=$2 d out
+	local bin=$1 id=$2 d out rc=0
 	d=$(mktemp -d)
-	out=$(timeout 30 "$LOADER" --library-path "$LIBPATH" "$bin" -L "$SID/usr/share/qemu" -L "$SID/usr/share/seabios" \
+	out=$(timeout 10 "$LOADER" --library-path "$LIBPATH" "$bin" -L "$SID/usr/share/qemu" -L "$SID/usr/share/seabios" \
 		-accel tcg -machine q35 -nodefaults -no-user-config -display none -S \
 		-chardev "socket,id=c0,path=$d/s,server=on,wait=off" \
-		-device "vhost-user-test-device-pci,chardev=c0,virtio-id=$id" 2>&1) || true
+		-device "vhost-user-test-device-pci,chardev=c0,virtio-id=$id" 2>&1) || rc=$?
 	rm -rf "$d"
-	[[ $out == *"vhost_backend_init failed"* ]]
+	[[ $out != *Assertion* ]] && { [[ $out == *"vhost_backend_init failed"* ]] || ((rc == 124)); }
 }
 
 # 3. QEMU 10.2.2 with virtio id 42 named, built inside the sid root.
@@ -213,7 +216,8 @@ step_qemu() {
 	local b=/srv/qemu-build out=$DIR/$QEMU_NAME
 	rm -rf "$SID$b" "$out" "$out.new"
 	mkdir -p "$SID$b"
-	cp "$PATCH" "$SID$b/rdma.patch"
+	mkdir -p "$SID$b/patches"
+	cp "${PATCHES[@]}" "$SID$b/patches/"
 	echo "deb-src $MIRROR sid main" >"$SID/etc/apt/sources.list.d/vstellar-src.list"
 	in_root "
 		apt-get update -qq
@@ -225,7 +229,7 @@ step_qemu() {
 		# The +ds tarball has no edk2 blobs to unpack.
 		sed -i 's/^\( *unpack_edk2_blobs = \)bzip2.found()/\1false/' meson.build
 		if grep -q 'unpack_edk2_blobs = bzip2' meson.build; then exit 1; fi
-		patch -p1 <../rdma.patch
+		for p in ../patches/*.patch; do patch -p1 <\$p; done
 		mkdir build && cd build
 		../configure $CONFIGURE_FLAGS --with-pkgversion='Debian $QEMU_DEB_VERSION, vStellar virtio-rdma patch'
 		ninja qemu-system-x86_64
@@ -363,8 +367,9 @@ json() {
 	printf '"%s"' "$s"
 }
 
-# qemu_json NAME BINARY VIRTIO_ID SHM: one manifest entry (paths relative
-# to DIR).
+# qemu_json NAME BINARY VIRTIO_ID SHM RECONNECT: one manifest entry (paths
+# relative to DIR). RECONNECT: the generic device survives a back-end
+# reconnect (0002-*.patch; stock QEMU aborts).
 qemu_json() {
 	local version
 	version=$(sid_qemu "$DIR/$2" --version | head -n 1)
@@ -376,7 +381,8 @@ qemu_json() {
 		      "firmware_dirs": ["sid/usr/share/qemu", "sid/usr/share/seabios"],
 		      "version": $(json "$version"),
 		      "virtio_id": $3,
-		      "shared_memory": $4
+		      "shared_memory": $4,
+		      "backend_reconnect": $5
 		    }
 	EOF
 }
@@ -401,8 +407,8 @@ step_manifest() {
 		  "schema": 1,
 		  "sid_root": "sid",
 		  "qemu": {
-		$(qemu_json qemu-11.1.3 sid/usr/bin/qemu-system-x86_64 "$standin" true),
-		$(qemu_json "$QEMU_NAME" "$QEMU_NAME/qemu-system-x86_64" 42 false)
+		$(qemu_json qemu-11.1.3 sid/usr/bin/qemu-system-x86_64 "$standin" true false),
+		$(qemu_json "$QEMU_NAME" "$QEMU_NAME/qemu-system-x86_64" 42 false true)
 		  },
 		  "kernel": {
 		    "path": "kernel/vmlinuz",
@@ -430,7 +436,7 @@ step sid "$sid_key" "$SID/usr/bin/qemu-system-x86_64" "$LOADER"
 kernel_key=$(key "$(declare -f step_kernel in_root extract_vmlinux)" "$KERNEL_SUITE" "$KERNEL_META" "$KERNEL_MODULES")
 step kernel "$kernel_key" "$DIR/kernel/vmlinuz" "$DIR/kernel/vmlinux" "$DIR/kernel/version"
 qemu_key=$(key "$sid_key" "$(declare -f step_qemu in_root probe_virtio_id)" "$QEMU_DEB_VERSION" \
-	"$(sha256sum <"$PATCH")" "$BUILD_DEPS" "$CONFIGURE_FLAGS")
+	"$(cat "${PATCHES[@]}" | sha256sum)" "$BUILD_DEPS" "$CONFIGURE_FLAGS")
 step qemu "$qemu_key" "$DIR/$QEMU_NAME/qemu-system-x86_64"
 standin_key=$(key "$sid_key" "$kernel_key" "$(declare -f step_standin claimed_by_kernel probe_virtio_id)" \
 	"$STANDIN_CANDIDATES")

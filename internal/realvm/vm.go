@@ -292,8 +292,16 @@ func (vm *VM) qmp(ctx context.Context, sock string) (*hotplug.Client, error) {
 		return nil, err
 	}
 	c.Close()
-	return hotplug.Dial(ctx, filepath.Join(vm.dir, sock), hotplug.Options{Logger: vm.log})
+	// An emulated guest booting on a busy machine can keep QEMU's main
+	// loop from its QMP socket for seconds: bound by ctx, not by the
+	// client's interactive defaults.
+	return hotplug.Dial(ctx, filepath.Join(vm.dir, sock), hotplug.Options{
+		Logger: vm.log, ConnectTimeout: qmpTimeout, CommandTimeout: qmpTimeout,
+	})
 }
+
+// qmpTimeout bounds QMP's handshake and each command's reply.
+const qmpTimeout = time.Minute
 
 // dial connects to one of QEMU's server sockets, retrying while QEMU
 // starts up.
