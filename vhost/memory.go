@@ -43,13 +43,18 @@ func (s *session) swapMemory(t *guestmem.Table) (*guestmem.Table, error) {
 			return nil, err
 		}
 	}
+	// Installed before the device hears of it: a pending activation reads
+	// the table once it holds the device's lock, so it either finds t or
+	// runs before SetMemory moves the device onto t, never after it with
+	// the old table.
+	s.mem.Store(t)
 	if w, ok := s.dev.(MemoryWatcher); ok {
 		if err := w.SetMemory(t); err != nil {
+			s.mem.Store(old)
 			s.rollBackRings(len(s.rings), old)
 			return nil, fmt.Errorf("device refused the memory change: %w", err)
 		}
 	}
-	s.mem.Store(t)
 	return old, nil
 }
 
