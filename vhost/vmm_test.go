@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/vhost"
+	"github.com/vstellar/vstellar/vhost/frontend"
 	"github.com/vstellar/vstellar/vhost/vhosttest"
 	"github.com/vstellar/vstellar/virtio"
 	"github.com/vstellar/vstellar/vmm"
@@ -17,11 +18,15 @@ import (
 // on either side shows up here.
 
 func newVM(t *testing.T, path string, mem uint64, addMemReg bool) *vmm.VM {
+	proto := frontend.SupportedProtocolFeatures // ADD_MEM_REG, as QEMU with CONFIGURE_MEM_SLOTS
+	if !addMemReg {
+		proto &^= 1 << frontend.ProtoConfigureMemSlots
+	}
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	vm, err := vmm.New(ctx, vmm.Config{
-		SocketPath: path, MemSize: mem, NumQueues: 2, QueueSize: 64, ConfigSize: 16, UseAddMemReg: addMemReg,
+		SocketPath: path, MemSize: mem, NumQueues: 2, QueueSize: 64, ConfigSize: 16, ProtocolFeatures: proto,
 	})
 	if err != nil {
 		t.Fatal(err)

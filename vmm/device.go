@@ -9,14 +9,17 @@ import (
 	"github.com/vstellar/vstellar/virtio"
 )
 
-// Start is the guest driver bringing the device up plus QEMU's reaction to
-// DRIVER_OK (vhost_dev_start): negotiate features, lay out the rings (only
-// the first time, or after Reset), then SET_FEATURES, status, memory table,
-// per-queue ring setup, ring enables and DRIVER_OK.
+// Start is the guest driver bringing the device up (its DRIVER_OK) and
+// QEMU's generic device reacting (vub_start): negotiate features, lay out
+// the rings (only the first time, or after Reset), then SET_FEATURES,
+// FEATURES_OK (GET_STATUS, and SET_STATUS if the bit is not set yet), the
+// memory table, per-queue ring setup, ring enables and the queues' call
+// notifiers unmasked. QEMU sends no DRIVER_OK to the back-end: the rings'
+// start is the device's start.
 func (vm *VM) Start(ctx context.Context) error {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
-	if vm.closed {
+	vm.loop.Lock()
+	defer vm.loop.Unlock()
+	if vm.isClosed() {
 		return errors.New("vmm: closed")
 	}
 	if vm.running {
@@ -37,6 +40,12 @@ func (vm *VM) Start(ctx context.Context) error {
 	return nil
 }
 
+func (vm *VM) isClosed() bool {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.closed
+}
+
 // driverInit is the guest driver's part before DRIVER_OK: read the device
 // features (QEMU answers from the GET_FEATURES it made at connect), ack a
 // subset, and create fresh rings in guest RAM.
@@ -45,8 +54,9 @@ func (vm *VM) driverInit() error {
 	if offered&(1<<featVersion1) == 0 {
 		return fmt.Errorf("vmm: device does not offer VIRTIO_F_VERSION_1 (features %#x)", offered)
 	}
-	vm.acked = offered & vm.cfg.DeviceFeatures &^ (1 << frontend.FeatureProtocolFeatures)
-	eventIdx := vm.acked&(1<<featEventIdx) != 0
+	acked := offered & vm.cfg.DeviceFeatures &^ (1 << frontend.FeatureProtocolFeatures)
+	eventIdx := acked&(1<<featEventIdx) != 0
+	dqs := make([]*virtio.DriverQueue, len(vm.queues))
 	for i, q := range vm.queues {
 		if q.addrs == (virtio.RingAddrs{}) {
 			d, a, u := virtio.RingSizes(vm.cfg.QueueSize)
@@ -68,13 +78,20 @@ func (vm *VM) driverInit() error {
 		if err != nil {
 			return fmt.Errorf("vmm: queue %d: %w", i, err)
 		}
-		q.dq = dq
+		dqs[i] = dq
+	}
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	vm.acked = acked
+	for i, q := range vm.queues {
+		q.dq = dqs[i]
 		q.lastAvl, q.known = 0, true
 	}
 	return nil
 }
 
-// startBackend replays QEMU's vhost_dev_start on the current connection.
+// startBackend replays QEMU's vub_start on the current connection:
+// vhost_dev_start, then every queue's call notifier unmasked.
 func (vm *VM) startBackend(ctx context.Context) error {
 	fe := vm.fe
 	features := vm.acked
@@ -85,13 +102,14 @@ func (vm *VM) startBackend(ctx context.Context) error {
 	if err := fe.SetFeatures(ctx, features); err != nil {
 		return fmt.Errorf("vmm: start: %w", err)
 	}
-	hasStatus := fe.HasProtocol(frontend.ProtoStatus)
-	if hasStatus {
+	// vhost_user_set_features adds FEATURES_OK when STATUS is negotiated;
+	// the back-end keeps its status until a reset nobody sends.
+	if fe.HasProtocol(frontend.ProtoStatus) {
 		if err := fe.AddStatus(ctx, frontend.StatusFeaturesOK); err != nil {
 			return fmt.Errorf("vmm: start: %w", err)
 		}
 	}
-	if err := vm.sendMemory(ctx); err != nil {
+	if err := vm.syncMemory(ctx, true); err != nil {
 		return fmt.Errorf("vmm: start: %w", err)
 	}
 	for i, q := range vm.queues {
@@ -107,36 +125,14 @@ func (vm *VM) startBackend(ctx context.Context) error {
 		}
 	}
 	vm.running = true // from here on GET_VRING_BASE is owed
-	if hasStatus {
-		if err := fe.AddStatus(ctx, frontend.StatusAcknowledge|frontend.StatusDriver|frontend.StatusDriverOK); err != nil {
+	// vub_start unmasks every queue's notifier after vhost_dev_start:
+	// SET_VRING_CALL with the guest notifier once more.
+	for i, q := range vm.queues {
+		if err := fe.SetVringCall(ctx, uint32(i), q.callFD); err != nil {
 			return fmt.Errorf("vmm: start: %w", err)
 		}
 	}
 	vm.log.Info("vmm: device started", "features", fmt.Sprintf("%#x", features), "queues", len(vm.queues))
-	return nil
-}
-
-// sendMemory sends the memory table: SET_MEM_TABLE with one fd per region,
-// or (UseAddMemReg) one ADD_MEM_REG per region not yet sent on this
-// connection, as QEMU's shadow-region bookkeeping does.
-func (vm *VM) sendMemory(ctx context.Context) error {
-	regions := vm.ram.regions
-	if !vm.cfg.UseAddMemReg {
-		fds := make([]int, len(regions))
-		for i := range fds {
-			fds[i] = vm.ram.fd
-		}
-		return vm.fe.SetMemTable(ctx, regions, fds)
-	}
-	if vm.memSent {
-		return nil
-	}
-	for _, r := range regions {
-		if err := vm.fe.AddMemReg(ctx, r, vm.ram.fd); err != nil {
-			return err
-		}
-	}
-	vm.memSent = true
 	return nil
 }
 
@@ -178,13 +174,14 @@ func (vm *VM) startQueue(ctx context.Context, idx uint32, q *queue) error {
 	return fe.SetVringCall(ctx, idx, q.callFD)
 }
 
-// Stop is QEMU's vhost_dev_stop (VM stop, or the first half of a reset):
-// SET_VRING_ENABLE 0 per queue, GET_VRING_BASE per queue (remembered for
-// the next start), SET_STATUS 0. If GET_VRING_BASE fails, the queue
-// resumes at its used index, as QEMU's virtio_queue_restore_last_avail_idx.
+// Stop is QEMU's vub_stop (a VM stop, a guest reset, the device going
+// away): SET_VRING_ENABLE 0 per queue, then GET_VRING_BASE per queue
+// (remembered for the next start). QEMU sends no SET_STATUS for it. If
+// GET_VRING_BASE fails, the queue resumes at its used index, as QEMU's
+// virtio_queue_restore_last_avail_idx.
 func (vm *VM) Stop(ctx context.Context) error {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
+	vm.loop.Lock()
+	defer vm.loop.Unlock()
 	return vm.stopLocked(ctx)
 }
 
@@ -205,17 +202,14 @@ func (vm *VM) stopLocked(ctx context.Context) error {
 	}
 	for i, q := range vm.queues {
 		base, err := fe.GetVringBase(ctx, uint32(i))
+		vm.mu.Lock()
 		if err != nil {
 			errs = append(errs, err)
 			q.lastAvl, q.known = vm.usedIdx(q), false
-			continue
+		} else {
+			q.lastAvl, q.known = uint16(base), true
 		}
-		q.lastAvl, q.known = uint16(base), true
-	}
-	if fe.HasProtocol(frontend.ProtoStatus) {
-		if err := fe.SetStatus(ctx, 0); err != nil {
-			errs = append(errs, err)
-		}
+		vm.mu.Unlock()
 	}
 	vm.log.Info("vmm: device stopped")
 	if err := errors.Join(errs...); err != nil {
@@ -233,18 +227,22 @@ func (vm *VM) usedIdx(q *queue) uint16 {
 	return v.LoadUint16Acquire(0)
 }
 
-// Reset is the guest resetting the device: Stop, then the driver forgets
-// its rings (the next Start lays them out afresh) and every shared memory
-// mapping is dropped (virtio_reset).
+// Reset is the guest resetting the device (virtio_reset, also on a
+// machine reset): Stop, then the driver forgets its rings (the next Start
+// lays them out afresh) and every shared memory mapping is dropped, as
+// QEMU 11.1 does. The back-end hears of the dropped mappings at the next
+// Start, as REM_MEM_REG (see doc.go: QEMU 11.1.3 crashes there instead).
 func (vm *VM) Reset(ctx context.Context) error {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
+	vm.loop.Lock()
+	defer vm.loop.Unlock()
 	err := vm.stopLocked(ctx)
 	vm.driverOK = false
+	vm.mu.Lock()
 	for _, q := range vm.queues {
 		q.dq = nil
 		q.lastAvl, q.known = 0, true
 	}
+	vm.mu.Unlock()
 	vm.shmem.DropMappings()
 	return err
 }
@@ -254,11 +252,12 @@ func (vm *VM) Reset(ctx context.Context) error {
 // GET_VRING_BASE fails if the back-end is gone, and the used index is used
 // instead); the new connection is initialised and, if the guest had set
 // DRIVER_OK, the device is started again at the remembered ring indices
-// with the guest's rings untouched.
+// with the guest's rings untouched. Shared memory mappings are the
+// device's and stay; the new connection hears of them as memory.
 func (vm *VM) Reconnect(ctx context.Context) error {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
-	if vm.closed {
+	vm.loop.Lock()
+	defer vm.loop.Unlock()
+	if vm.isClosed() {
 		return errors.New("vmm: closed")
 	}
 	if vm.running {
@@ -268,7 +267,7 @@ func (vm *VM) Reconnect(ctx context.Context) error {
 	}
 	if vm.fe != nil { // nil after a failed reconnect
 		vm.fe.Close()
-		vm.fe = nil
+		vm.setFrontend(nil)
 	}
 	if err := vm.connect(ctx); err != nil {
 		return err

@@ -33,6 +33,8 @@ type fakeBackend struct {
 	nq       int
 	shmSize  uint64
 
+	hold sync.Mutex // held around every reply, so a test can delay them
+
 	mu       sync.Mutex
 	log      []uint32
 	regions  []fakeRegion // from SET_MEM_TABLE / ADD_MEM_REG, in order received
@@ -225,7 +227,11 @@ func (b *fakeBackend) serve(c *net.UnixConn) {
 		if m.flags&^uint32(0x8) != 1 {
 			b.t.Errorf("request %d with flags %#x", m.req, m.flags)
 		}
-		reply := func(p []byte) { fakeWrite(c, m.req, 0x5, p, nil) }
+		reply := func(p []byte) {
+			b.hold.Lock()
+			fakeWrite(c, m.req, 0x5, p, nil)
+			b.hold.Unlock()
+		}
 		acked := false
 		switch m.req {
 		case 1:
@@ -319,6 +325,10 @@ func (b *fakeBackend) serve(c *net.UnixConn) {
 				fd = m.fds[0]
 				m.fds = nil
 			}
+			// A call fd may change while the ring runs (QEMU unmasks
+			// the notifiers after the start): the worker signals
+			// whichever is current, under mu.
+			b.mu.Lock()
 			if m.req == 12 {
 				closeIf(r.kick)
 				r.kick = fd
@@ -326,6 +336,7 @@ func (b *fakeBackend) serve(c *net.UnixConn) {
 				closeIf(r.call)
 				r.call = fd
 			}
+			b.mu.Unlock()
 		case 18:
 			idx, on := ne.Uint32(m.p), ne.Uint32(m.p[4:]) == 1
 			r := ring(idx)
@@ -387,7 +398,7 @@ func (b *fakeBackend) startWorker(idx uint32, r *vringSetup, table *guestmem.Tab
 	b.mu.Lock()
 	b.workers[idx] = w
 	b.mu.Unlock()
-	kick, call := r.kick, r.call
+	kick := r.kick
 	go func() {
 		defer close(w.done)
 		for !w.stop.Load() {
@@ -410,8 +421,12 @@ func (b *fakeBackend) startWorker(idx uint32, r *vringSetup, table *guestmem.Tab
 				n := c.WriteAll(bytes.ToUpper(in))
 				dq.Push(c.Head, n)
 			}
-			if dq.NeedsNotify() && call >= 0 {
-				unix.Write(call, u64(1))
+			if dq.NeedsNotify() {
+				b.mu.Lock()
+				if r.call >= 0 {
+					unix.Write(r.call, u64(1))
+				}
+				b.mu.Unlock()
 			}
 		}
 	}()

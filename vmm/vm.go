@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -42,12 +43,10 @@ type Config struct {
 	// to ack (it acks those the device offers); zero means
 	// DefaultDriverFeatures.
 	DeviceFeatures uint64
-	// UseAddMemReg sends the memory table as one ADD_MEM_REG per region
-	// instead of SET_MEM_TABLE (needs CONFIGURE_MEM_SLOTS). QEMU does
-	// this whenever CONFIGURE_MEM_SLOTS is negotiated.
-	UseAddMemReg bool
 	// ProtocolFeatures masks the protocol features the front-end accepts
-	// (zero: all that package frontend supports).
+	// (zero: all that package frontend supports). Like QEMU, the VM sends
+	// the memory table as ADD_MEM_REG and REM_MEM_REG when
+	// CONFIGURE_MEM_SLOTS is negotiated and as SET_MEM_TABLE otherwise.
 	ProtocolFeatures uint64
 	// Logger receives VMM and front-end events; nil discards them.
 	Logger *slog.Logger
@@ -69,20 +68,25 @@ type queue struct {
 
 // VM is a simulated virtual machine with one vhost-user device.
 type VM struct {
-	cfg   Config
-	log   *slog.Logger
-	ram   *guestRAM
-	shmem *frontend.ShmemSpace
+	cfg     Config
+	log     *slog.Logger
+	ram     *guestRAM
+	shmem   *frontend.ShmemSpace
+	barBase uint64 // guest physical address of the shared memory BAR
+	queues  []*queue
 
-	mu       sync.Mutex // device lifecycle
+	// loop is the main loop: held by every vhost-user exchange the VMM
+	// starts, and by the service of each back-end request (mainloop.go).
+	// The fields below it are written with loop and mu held.
+	loop     mainLoop
+	driverOK bool // the guest set DRIVER_OK and has not reset
+	running  bool // the back-end has been started and not stopped
+
+	mu       sync.Mutex // for readers without loop: fe, closed, acked, queue state
 	fe       *frontend.Frontend
-	queues   []*queue
 	acked    uint64 // driver-acked features (without bit 30)
-	driverOK bool   // the guest set DRIVER_OK and has not reset
-	running  bool   // the back-end has been started and not stopped
-	memSent  bool   // ADD_MEM_REG already sent on this connection
-	configCh chan struct{}
 	closed   bool
+	configCh chan struct{}
 }
 
 // scratchSize is the per-queue guest buffer Request uses.
@@ -111,7 +115,8 @@ func New(ctx context.Context, cfg Config) (*VM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vmm: %w", err)
 	}
-	vm := &VM{cfg: cfg, log: log, ram: ram, shmem: frontend.NewShmemSpace(), configCh: make(chan struct{}, 1)}
+	vm := &VM{cfg: cfg, log: log, ram: ram, shmem: frontend.NewShmemSpace(), barBase: barBase(cfg.MemSize),
+		loop: newMainLoop(), configCh: make(chan struct{}, 1)}
 	for range cfg.NumQueues {
 		q := &queue{kickFD: -1, callFD: -1}
 		vm.queues = append(vm.queues, q)
@@ -125,14 +130,17 @@ func New(ctx context.Context, cfg Config) (*VM, error) {
 		}
 		q.call = os.NewFile(uintptr(q.callFD), "irqfd") // non-blocking: pollable
 	}
+	vm.loop.Lock()
+	defer vm.loop.Unlock()
 	if err := vm.connect(ctx); err != nil {
-		vm.Close()
+		vm.closeLocked()
 		return nil, err
 	}
 	return vm, nil
 }
 
-// connect dials the back-end and runs frontend.Init.
+// connect dials the back-end and runs frontend.Init. Called with loop
+// held.
 func (vm *VM) connect(ctx context.Context) error {
 	fe, err := frontend.Dial(ctx, vm.cfg.SocketPath, frontend.Options{
 		Logger:           vm.log,
@@ -140,6 +148,7 @@ func (vm *VM) connect(ctx context.Context) error {
 		ProtocolFeatures: vm.cfg.ProtocolFeatures,
 		RequireConfig:    vm.cfg.ConfigSize > 0,
 		Shmem:            vm.shmem,
+		MainLoop:         vm.serveBackend,
 		OnConfigChange: func() {
 			select {
 			case vm.configCh <- struct{}{}:
@@ -154,22 +163,47 @@ func (vm *VM) connect(ctx context.Context) error {
 		fe.Close()
 		return fmt.Errorf("vmm: %w", err)
 	}
-	vm.fe = fe
-	vm.memSent = false
+	vm.setFrontend(fe)
 	return nil
 }
 
-// Close disconnects and frees guest RAM, eventfds and shared memory.
-// Views and queues obtained from the VM must no longer be used.
-func (vm *VM) Close() error {
+func (vm *VM) setFrontend(fe *frontend.Frontend) {
 	vm.mu.Lock()
-	defer vm.mu.Unlock()
-	if vm.closed {
+	vm.fe = fe
+	vm.mu.Unlock()
+}
+
+// closeTimeout bounds the device stop Close makes.
+const closeTimeout = 5 * time.Second
+
+// Close stops a running device, as QEMU does before it exits or lets an
+// unplugged device go (SET_VRING_ENABLE 0 and GET_VRING_BASE per queue,
+// within closeTimeout), disconnects, and frees guest RAM, eventfds and
+// shared memory. Views and queues obtained from the VM must no longer be
+// used.
+func (vm *VM) Close() error {
+	vm.loop.Lock()
+	defer vm.loop.Unlock()
+	return vm.closeLocked()
+}
+
+func (vm *VM) closeLocked() error {
+	vm.mu.Lock()
+	closed := vm.closed
+	vm.closed = true
+	vm.mu.Unlock()
+	if closed {
 		return nil
 	}
-	vm.closed = true
 	var err error
 	if vm.fe != nil {
+		if vm.running {
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			if serr := vm.stopLocked(ctx); serr != nil {
+				vm.log.Debug("vmm: stop before close failed", "err", serr)
+			}
+			cancel()
+		}
 		err = vm.fe.Close()
 	}
 	vm.shmem.Close()
@@ -225,13 +259,15 @@ func (vm *VM) AckedFeatures() uint64 {
 }
 
 // ReadConfig reads the device's config space as QEMU does on every guest
-// config access: GET_CONFIG of ConfigSize bytes at offset 0.
+// config access (vub_get_config, on the main loop): GET_CONFIG of
+// ConfigSize bytes at offset 0.
 func (vm *VM) ReadConfig(ctx context.Context) ([]byte, error) {
-	fe := vm.Frontend()
-	if fe == nil {
+	vm.loop.Lock()
+	defer vm.loop.Unlock()
+	if vm.fe == nil {
 		return nil, errors.New("vmm: not connected")
 	}
-	return fe.GetConfig(ctx, 0, vm.cfg.ConfigSize, 0)
+	return vm.fe.GetConfig(ctx, 0, vm.cfg.ConfigSize, 0)
 }
 
 // ConfigChanges delivers one value per burst of config-change

@@ -37,7 +37,8 @@ const (
 	getConfig           = 24
 	getMaxMemSlots      = 36
 	addMemReg           = 37
-	setStatus           = 39
+	setStatusReq        = 39
+	remMemReg           = 38
 	getStatus           = 40
 	getShmemConfig      = 44
 )
@@ -51,8 +52,14 @@ func connectOrder(nq int) []uint32 {
 	return append(o, getShmemConfig)
 }
 
-func startOrder(nq int, mem ...uint32) []uint32 {
-	o := []uint32{setFeatures, getStatus, setStatus}
+// startOrder is vub_start: SET_FEATURES, FEATURES_OK (SET_STATUS only if
+// the back-end's status lacks it), the memory table, the rings, their
+// enables and their call notifiers unmasked. No DRIVER_OK.
+func startOrder(nq int, setStatus bool, mem ...uint32) []uint32 {
+	o := []uint32{setFeatures, getStatus}
+	if setStatus {
+		o = append(o, setStatusReq)
+	}
 	o = append(o, mem...)
 	for range nq {
 		o = append(o, setVringNum, setVringBase, setVringAddr, setVringKick, setVringCall)
@@ -60,9 +67,13 @@ func startOrder(nq int, mem ...uint32) []uint32 {
 	for range nq {
 		o = append(o, setVringEnable)
 	}
-	return append(o, getStatus, setStatus)
+	for range nq {
+		o = append(o, setVringCall)
+	}
+	return o
 }
 
+// stopOrder is vub_stop: no SET_STATUS.
 func stopOrder(nq int) []uint32 {
 	var o []uint32
 	for range nq {
@@ -71,7 +82,7 @@ func stopOrder(nq int) []uint32 {
 	for range nq {
 		o = append(o, getVringBase)
 	}
-	return append(o, setStatus)
+	return o
 }
 
 // checkOrder waits until the back-end has logged as many requests as want
@@ -132,15 +143,15 @@ func TestLifecycleOrder(t *testing.T) {
 	if err := vm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	be.checkOrder(t, "DRIVER_OK", startOrder(2, setMemTable))
+	be.checkOrder(t, "DRIVER_OK", startOrder(2, true, addMemReg))
 	if got := vm.AckedFeatures(); got != 1<<32|1<<29|1<<28|1<<0 {
 		t.Errorf("acked %#x", got)
 	}
 	be.mu.Lock()
 	status := be.status
 	be.mu.Unlock()
-	if status != 0xf { // QEMU: GET_STATUS/SET_STATUS(s|FEATURES_OK), then s|ACK|DRIVER|DRIVER_OK
-		t.Errorf("back-end status %#x after start, want 0xf", status)
+	if status != 0x8 { // QEMU: GET_STATUS/SET_STATUS(s|FEATURES_OK), and never DRIVER_OK
+		t.Errorf("back-end status %#x after start, want 0x8", status)
 	}
 
 	for i, msg := range []string{"hello", "vstellar", "x"} {
@@ -169,7 +180,8 @@ func TestLifecycleOrder(t *testing.T) {
 	if err := vm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	be.checkOrder(t, "restart", startOrder(2, setMemTable))
+	// FEATURES_OK is set already, the memory table is unchanged.
+	be.checkOrder(t, "restart", startOrder(2, false))
 	if b := be.base(0); b != 3 {
 		t.Errorf("SET_VRING_BASE %d after restart, want 3", b)
 	}
@@ -194,28 +206,42 @@ func TestLifecycleOrder(t *testing.T) {
 	}
 }
 
-func TestAddMemReg(t *testing.T) {
-	ctx := ctx10(t)
-	be := newFakeBackend(t, 1)
-	vm := newVM(t, be, Config{NumQueues: 1, MemSize: 3 << 30, UseAddMemReg: true})
-	be.take()
-	if err := vm.Start(ctx); err != nil {
-		t.Fatal(err)
+// QEMU sends the memory table as ADD_MEM_REG when CONFIGURE_MEM_SLOTS is
+// negotiated, only what the back-end lacks; as SET_MEM_TABLE, at every
+// start, when it is not.
+func TestMemoryTable(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		proto          uint64
+		first, restart []uint32
+	}{
+		{"add_mem_reg", 0, []uint32{addMemReg, addMemReg}, nil},
+		{"set_mem_table", frontend.SupportedProtocolFeatures &^ (1 << frontend.ProtoConfigureMemSlots),
+			[]uint32{setMemTable}, []uint32{setMemTable}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := ctx10(t)
+			be := newFakeBackend(t, 1)
+			vm := newVM(t, be, Config{NumQueues: 1, MemSize: 3 << 30, ProtocolFeatures: c.proto})
+			be.take()
+			if err := vm.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			be.checkOrder(t, "DRIVER_OK", startOrder(1, true, c.first...))
+			if _, err := vm.Request(ctx, 0, []byte("abc"), 3); err != nil {
+				t.Fatal(err)
+			}
+			be.take()
+			if err := vm.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			be.checkOrder(t, "stop", stopOrder(1))
+			if err := vm.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			be.checkOrder(t, "restart", startOrder(1, false, c.restart...))
+		})
 	}
-	be.checkOrder(t, "DRIVER_OK", startOrder(1, addMemReg, addMemReg))
-	if _, err := vm.Request(ctx, 0, []byte("abc"), 3); err != nil {
-		t.Fatal(err)
-	}
-	be.take()
-	if err := vm.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	be.checkOrder(t, "stop", stopOrder(1))
-	// QEMU's shadow table: the regions are already there on this connection.
-	if err := vm.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	be.checkOrder(t, "restart", startOrder(1))
 }
 
 func TestLargeVMLayout(t *testing.T) {
@@ -315,7 +341,7 @@ func TestReconnect(t *testing.T) {
 	if avail, known := vm.LastAvail(0); avail != 3 || known {
 		t.Errorf("last avail %d known %v, want used idx 3", avail, known)
 	}
-	be.checkOrder(t, "reconnect", append(connectOrder(1), startOrder(1, setMemTable)...))
+	be.checkOrder(t, "reconnect", append(connectOrder(1), startOrder(1, true, addMemReg)...))
 	if b := be.base(0); b != 3 {
 		t.Errorf("SET_VRING_BASE %d, want 3", b)
 	}
@@ -335,7 +361,7 @@ func TestReconnect(t *testing.T) {
 	if err := vm.Reconnect(ctx); err != nil {
 		t.Fatal(err)
 	}
-	be.checkOrder(t, "reconnect after stop", append(connectOrder(1), startOrder(1, setMemTable)...))
+	be.checkOrder(t, "reconnect after stop", append(connectOrder(1), startOrder(1, true, addMemReg)...))
 	if b := be.base(0); b != 4 {
 		t.Errorf("SET_VRING_BASE %d, want 4", b)
 	}
@@ -348,6 +374,7 @@ func TestShmemAndConfigChange(t *testing.T) {
 	if err := vm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	be.checkOrder(t, "connect and start", append(connectOrder(1), startOrder(1, true, addMemReg)...))
 	ps := guestmem.PageSize()
 	mfd, err := unix.MemfdCreate("doorbell", unix.MFD_CLOEXEC)
 	if err != nil {
@@ -374,6 +401,16 @@ func TestShmemAndConfigChange(t *testing.T) {
 	if err != nil || v.LoadUint32Acquire(0) != 0xd00b {
 		t.Errorf("guest view of the doorbell page: %v", err)
 	}
+	// As QEMU, after its acknowledgement: the mapping is guest memory
+	// now, the BAR's page at its guest physical address, backed by the
+	// back-end's file.
+	be.checkOrder(t, "after SHMEM_MAP", []uint32{addMemReg})
+	bar := fakeRegion{GPA: barBase(64<<20) + ps, Size: ps, UVA: vm.ShmemSpace().Files()[0].Addr, Off: 0}
+	if rs := be.memRegions(); len(rs) != 2 || rs[1].GPA != bar.GPA || rs[1].Size != bar.Size || rs[1].UVA != bar.UVA {
+		t.Errorf("back-end's regions %+v, want the BAR page %+v last", rs, bar)
+	} else if rs[1].m.View().Uint32(0) != 0xd00b {
+		t.Error("the region reported for the BAR is not the back-end's file")
+	}
 	if vm.Shmem(0).Len() != 64<<10 {
 		t.Errorf("region 0 is %d bytes", vm.Shmem(0).Len())
 	}
@@ -385,11 +422,60 @@ func TestShmemAndConfigChange(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Error("no config change")
 	}
+	be.take()
 	if err := vm.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := vm.ShmemMapped(0, ps, ps); err == nil {
 		t.Error("mapping survived reset")
+	}
+	be.checkOrder(t, "reset", stopOrder(1))
+	// The next start takes the BAR's page out of the back-end's table.
+	if err := vm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	be.checkOrder(t, "start after reset", startOrder(1, false, remMemReg))
+}
+
+// A back-end request waits while the VMM waits for a reply, as QEMU
+// serves the back-end channel from its main loop: a back-end that waits
+// for its acknowledgement before it answers a request of the VMM's
+// deadlocks (here, until the request's context ends).
+func TestBackendChannelWaitsForTheMainLoop(t *testing.T) {
+	be := newFakeBackend(t, 1)
+	vm := newVM(t, be, Config{NumQueues: 1, ConfigSize: 16})
+	ch := be.channel()
+	be.hold.Lock() // the fake back-end will not answer GET_CONFIG yet
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := vm.ReadConfig(ctx)
+		done <- err
+	}()
+	waitFor(t, "GET_CONFIG to be sent", func() bool { return slices.Contains(be.take(), getConfig) })
+	if err := fakeWrite(ch, 2, 0x9, nil, nil); err != nil { // CONFIG_CHANGE_MSG, NEED_REPLY
+		t.Fatal(err)
+	}
+	ch.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if r, err := fakeRead(ch); err == nil {
+		t.Fatalf("back-end request answered while the VMM waited for GET_CONFIG: %+v", r)
+	}
+	ch.SetReadDeadline(time.Time{})
+	if err := <-done; err == nil {
+		t.Fatal("GET_CONFIG succeeded without an answer")
+	}
+	be.hold.Unlock()
+	// The VMM gave up on its request (its connection is broken now):
+	// the main loop is free, and the back-end's request is served.
+	r, err := fakeRead(ch)
+	if err != nil || r.req != 2 || ne.Uint64(r.p) != 0 {
+		t.Fatalf("CONFIG_CHANGE_MSG reply %+v %v", r, err)
+	}
+	select {
+	case <-vm.ConfigChanges():
+	case <-time.After(2 * time.Second):
+		t.Error("no config change")
 	}
 }
 

@@ -10,11 +10,15 @@ import (
 )
 
 // backendChannel serves the back-end's requests on the socket passed with
-// SET_BACKEND_REQ_FD.
+// SET_BACKEND_REQ_FD. A goroutine reads them; each is handled and
+// acknowledged on the front-end's main loop (Options.MainLoop), as QEMU
+// does: never while a front-end request waits for its reply.
 type backendChannel struct {
 	f    *Frontend
 	c    msgConn
+	stop chan struct{} // closed when the channel is being closed
 	done chan struct{}
+	once sync.Once
 
 	mu      sync.Mutex
 	stopErr error
@@ -32,11 +36,13 @@ func newBackendChannel(f *Frontend, fd int) (*backendChannel, error) {
 		nc.Close()
 		return nil, errors.New("back-end channel: not a unix socket")
 	}
-	return &backendChannel{f: f, c: msgConn{uc: uc}, done: make(chan struct{})}, nil
+	return &backendChannel{f: f, c: msgConn{uc: uc}, stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
-// close stops the channel and waits for its goroutine.
+// close stops the channel and waits for its goroutine, which gives up
+// waiting for the main loop.
 func (b *backendChannel) close() {
+	b.once.Do(func() { close(b.stop) })
 	b.c.uc.Close()
 	<-b.done
 }
@@ -71,29 +77,48 @@ func (b *backendChannel) loop() error {
 		if err != nil {
 			return err
 		}
-		if h.Flags&FlagVersionMask != Version || h.Flags&^(FlagVersionMask|FlagNeedReply) != 0 {
+		served := false
+		b.f.onMainLoop(b.stop, func() {
+			served = true
+			err = b.serveOne(h, p, fds)
+		})
+		if !served {
 			closeFDs(fds)
-			return fmt.Errorf("back-end request %v with flags %#x: %w", BackendRequest(h.Request), h.Flags, ErrProtocol)
+			return net.ErrClosed
 		}
-		herr := b.handle(BackendRequest(h.Request), p, fds)
-		closeFDs(fds) // mappings and notifications keep nothing open
-		if herr != nil {
-			b.f.log.Warn("vhost-user back-end request refused", "req", BackendRequest(h.Request), "err", herr)
-		} else {
-			b.f.log.Debug("vhost-user back-end request", "req", BackendRequest(h.Request))
-		}
-		if h.Flags&FlagNeedReply != 0 {
-			var ack uint64
-			if herr != nil {
-				ack = 1
-			}
-			// As QEMU: same request, NEED_REPLY cleared, REPLY set.
-			rh := Header{Request: h.Request, Flags: h.Flags&^FlagNeedReply | FlagReply, Size: 8}
-			if err := b.c.send(rh, u64Payload(ack), nil); err != nil {
-				return fmt.Errorf("replying to %v: %w", BackendRequest(h.Request), err)
-			}
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// serveOne handles one back-end request, closes its descriptors (mappings
+// keep their own) and acknowledges it if asked to.
+func (b *backendChannel) serveOne(h Header, p []byte, fds []int) error {
+	if h.Flags&FlagVersionMask != Version || h.Flags&^(FlagVersionMask|FlagNeedReply) != 0 {
+		closeFDs(fds)
+		return fmt.Errorf("back-end request %v with flags %#x: %w", BackendRequest(h.Request), h.Flags, ErrProtocol)
+	}
+	herr := b.handle(BackendRequest(h.Request), p, fds)
+	closeFDs(fds)
+	if herr != nil {
+		b.f.log.Warn("vhost-user back-end request refused", "req", BackendRequest(h.Request), "err", herr)
+	} else {
+		b.f.log.Debug("vhost-user back-end request", "req", BackendRequest(h.Request))
+	}
+	if h.Flags&FlagNeedReply == 0 {
+		return nil
+	}
+	var ack uint64
+	if herr != nil {
+		ack = 1
+	}
+	// As QEMU: same request, NEED_REPLY cleared, REPLY set.
+	rh := Header{Request: h.Request, Flags: h.Flags&^FlagNeedReply | FlagReply, Size: 8}
+	if err := b.c.send(rh, u64Payload(ack), nil); err != nil {
+		return fmt.Errorf("replying to %v: %w", BackendRequest(h.Request), err)
+	}
+	return nil
 }
 
 func (b *backendChannel) handle(req BackendRequest, p []byte, fds []int) error {

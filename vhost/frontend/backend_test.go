@@ -149,8 +149,13 @@ func TestBackendChannelShmem(t *testing.T) {
 	if ack := backendCall(t, ch, BackendShmemMap, m.Encode(), mfd); ack != 0 {
 		t.Fatalf("SHMEM_MAP ack %d", ack)
 	}
-	if after := countFDs(t); after != before {
-		t.Errorf("fds %d -> %d: the front-end kept the SHMEM_MAP fd", before, after)
+	// The space keeps one descriptor of the file, for the VMM to report
+	// the mapping as memory.
+	if after := countFDs(t); after != before+1 {
+		t.Errorf("fds %d -> %d: want the SHMEM_MAP fd kept once", before, after)
+	}
+	if fs := f.Shmem().Files(); len(fs) != 1 || fs[0].ShmemMapping != m || !sameFile(t, fs[0].FD, mfd) {
+		t.Errorf("files %+v, want the mapping of the memfd", fs)
 	}
 	guest, err := f.Shmem().Mapped(0, 2*ps, ps)
 	if err != nil {
@@ -201,7 +206,7 @@ func TestBackendChannelShmem(t *testing.T) {
 	if got := f.Shmem().Mappings(0); len(got) != 1 {
 		t.Errorf("mappings after refusals: %+v", got)
 	}
-	if after := countFDs(t); after != before {
+	if after := countFDs(t); after != before+1 {
 		t.Errorf("fds %d -> %d after refused maps", before, after)
 	}
 
@@ -218,8 +223,12 @@ func TestBackendChannelShmem(t *testing.T) {
 	if _, err := f.Shmem().Mapped(0, 2*ps, ps); err == nil {
 		t.Error("range still mapped after SHMEM_UNMAP")
 	}
-	// The range can be mapped again, read-only this time, and a device
-	// reset drops it.
+	if after := countFDs(t); after != before {
+		t.Errorf("fds %d -> %d after SHMEM_UNMAP", before, after)
+	}
+	// The range can be mapped again, read-only this time. SET_STATUS 0
+	// leaves it (QEMU's mappings go with its own reset of the device);
+	// DropMappings drops it.
 	m.Flags = 0
 	if ack := backendCall(t, ch, BackendShmemMap, m.Encode(), mfd); ack != 0 {
 		t.Fatalf("SHMEM_MAP again: ack %d", ack)
@@ -232,8 +241,15 @@ func TestBackendChannelShmem(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	if got := f.Shmem().Mappings(0); len(got) != 1 {
+		t.Errorf("mappings after SET_STATUS 0: %+v", got)
+	}
+	f.Shmem().DropMappings()
 	if got := f.Shmem().Mappings(0); len(got) != 0 {
-		t.Errorf("mappings survived SET_STATUS 0: %+v", got)
+		t.Errorf("mappings survived DropMappings: %+v", got)
+	}
+	if after := countFDs(t); after != before {
+		t.Errorf("fds %d -> %d after DropMappings", before, after)
 	}
 
 	// Config change notifications, unknown requests, no-reply requests.
@@ -266,6 +282,57 @@ func TestBackendChannelShmem(t *testing.T) {
 	ch.SetReadDeadline(time.Now().Add(2 * time.Second))
 	if _, err := readRaw(t, ch); err == nil {
 		t.Error("channel survived a bad header")
+	}
+}
+
+// sameFile reports whether two descriptors are of the same file.
+func sameFile(t *testing.T, a, b int) bool {
+	t.Helper()
+	var sa, sb unix.Stat_t
+	if err := unix.Fstat(a, &sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fstat(b, &sb); err != nil {
+		t.Fatal(err)
+	}
+	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
+// A Frontend on a VMM's shared memory space leaves the mappings to the
+// space: they are the device's, across connections.
+func TestCloseKeepsSharedSpace(t *testing.T) {
+	ctx := context.Background()
+	ps := guestmem.PageSize()
+	space := NewShmemSpace()
+	defer space.Close()
+	a, b := socketPair(t)
+	defer b.Close()
+	f := New(a, Options{NumQueues: 1, Shmem: space})
+	be := &fakeBackend{t: t, c: b}
+	chc := make(chan *net.UnixConn, 1)
+	be.run(func(b *fakeBackend) { initScript(t, b, SupportedProtocolFeatures, 1, ps, chc) }, func() {
+		if err := f.Init(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ch := <-chc
+	defer ch.Close()
+	mfd, _ := unix.MemfdCreate("x", unix.MFD_CLOEXEC)
+	defer unix.Close(mfd)
+	unix.Ftruncate(mfd, int64(ps))
+	if ack := backendCall(t, ch, BackendShmemMap, ShmemMapping{Len: ps, Flags: ShmemMapRW}.Encode(), mfd); ack != 0 {
+		t.Fatal("map failed")
+	}
+	f.Close()
+	if _, err := space.Mapped(0, 0, ps); err != nil {
+		t.Errorf("mapping went with the connection: %v", err)
+	}
+	// A new connection's GET_SHMEM_CONFIG of the same sizes keeps it.
+	if err := space.Configure([]uint64{ps}); err != nil {
+		t.Fatal(err)
+	}
+	if len(space.Files()) != 1 {
+		t.Error("Configure with the same sizes dropped the mapping")
 	}
 }
 
@@ -303,4 +370,58 @@ func TestCloseDropsEverything(t *testing.T) {
 	if after := countFDs(t); after != before {
 		t.Errorf("fd leak: %d -> %d", before, after)
 	}
+}
+
+// A back-end request is served between two front-end requests, never
+// while one waits for its reply (QEMU's main loop): a back-end that waits
+// for its acknowledgement before it replies would deadlock.
+func TestBackendRequestWaitsForReply(t *testing.T) {
+	ctx := context.Background()
+	f, be := newTestPair(t, Options{NumQueues: 1})
+	chc := make(chan *net.UnixConn, 1)
+	be.run(func(b *fakeBackend) { initScript(t, b, SupportedProtocolFeatures, 1, guestmem.PageSize(), chc) }, func() {
+		if err := f.Init(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ch := <-chc
+	if ch == nil {
+		t.FailNow()
+	}
+	defer ch.Close()
+	be.run(func(b *fakeBackend) {
+		b.expect(ReqGetConfig, v1, cat(le32(0), le32(4), le32(0), make([]byte, 4)))
+		if err := writeRaw(ch, uint32(BackendConfigChange), Version|FlagNeedReply, nil, nil); err != nil {
+			t.Error(err)
+			return
+		}
+		if readable(t, ch, 200*time.Millisecond) {
+			t.Error("back-end request acknowledged while GET_CONFIG waited")
+		}
+		b.reply(ReqGetConfig, cat(le32(0), le32(4), le32(0), []byte("abcd")))
+		m, err := readRaw(t, ch)
+		if err != nil || BackendRequest(m.req) != BackendConfigChange || le64(0)[0] != m.payload[0] {
+			t.Errorf("acknowledgement after the reply: %+v %v", m, err)
+		}
+	}, func() {
+		if got, err := f.GetConfig(ctx, 0, 4, 0); err != nil || string(got) != "abcd" {
+			t.Errorf("GET_CONFIG: %q %v", got, err)
+		}
+	})
+}
+
+// readable reports whether c has bytes to read after d.
+func readable(t *testing.T, c *net.UnixConn, d time.Duration) bool {
+	t.Helper()
+	time.Sleep(d)
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, _ = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	})
+	return n > 0
 }

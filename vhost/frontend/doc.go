@@ -1,7 +1,10 @@
 // Package frontend is the VMM's side of vhost-user: a front-end protocol
 // client that drives a vhost-user back-end the way QEMU (>= 10.2, with the
 // SHMEM series) drives `vhost-user-test-device-pci`. Tests, the demo and the
-// benchmarks use it to talk to vstellard's back-end exactly as a VM would.
+// benchmarks use it (through package vmm) to talk to vstellard's back-end
+// exactly as a VM would. Init's sequence, and the sequences package vmm
+// builds from these requests, were checked against recordings of QEMU
+// 10.2.2 and 11.1.3 driving vstellard (vmm/testdata/trace-*.txt).
 //
 // The package deliberately shares no code with the back-end (package vhost):
 // request codes, flag bits, protocol feature bits and every payload layout
@@ -25,13 +28,22 @@
 //     SET_VRING_ADDR/SET_FEATURES when dirty logging is on), and only when
 //     REPLY_ACK is negotiated. A non-zero ack is an error. Where QEMU waits
 //     but REPLY_ACK is absent, a GET_FEATURES round trip is the barrier.
-//   - The back-end channel (SET_BACKEND_REQ_FD) is served on its own
-//     goroutine. SHMEM_MAP really maps the back-end's fd into an address
-//     range reserved (PROT_NONE) at GET_SHMEM_CONFIG time; mappings must be
+//   - The back-end channel (SET_BACKEND_REQ_FD) is read on a goroutine of
+//     its own, and each request is handled and acknowledged on the main
+//     loop (Options.MainLoop; by default, between two front-end requests):
+//     like QEMU, never while a front-end request waits for its reply.
+//     SHMEM_MAP really maps the back-end's fd into an address range
+//     reserved (PROT_NONE) at GET_SHMEM_CONFIG time; mappings must be
 //     page-aligned, inside their region and must not overlap; SHMEM_UNMAP
-//     must name exactly one existing mapping. All mappings are dropped on
-//     device reset (SET_STATUS 0, RESET_DEVICE) and on Close. Every fd the
-//     back-end sends is closed once handled.
+//     must name exactly one existing mapping. The ShmemSpace keeps a
+//     descriptor of each mapped file until the mapping goes, for the VMM
+//     to report it as memory, as QEMU does; every other fd the back-end
+//     sends is closed once handled.
+//   - Mappings are the device's, not the connection's: SET_STATUS and
+//     RESET_DEVICE leave them, a new connection's GET_SHMEM_CONFIG of the
+//     same sizes keeps them, and a Frontend given a ShmemSpace leaves them
+//     there on Close. The VMM drops them on its own reset of the device
+//     (ShmemSpace.DropMappings), as QEMU 11.1's virtio_reset does.
 //   - A request interrupted by its context, or an I/O error, leaves the
 //     stream in an unknown state; the Frontend is then broken and every
 //     later request fails.

@@ -32,13 +32,23 @@ type Options struct {
 	// Pass one to keep regions (and views of them) across reconnects; nil
 	// gives the Frontend its own, released on Close.
 	Shmem *ShmemSpace
-	// OnConfigChange, if set, is called (on the back-end channel
-	// goroutine) for every BACKEND_CONFIG_CHANGE_MSG.
+	// OnConfigChange, if set, is called (on the main loop) for every
+	// BACKEND_CONFIG_CHANGE_MSG.
 	OnConfigChange func()
+	// MainLoop, if set, runs the handling of each back-end request:
+	// it calls serve (the request, its acknowledgement) once the VMM's
+	// main loop is free and may then do what the VMM does next, such as
+	// reporting a new mapping as memory; or it returns without calling
+	// serve once stop is closed (the channel is closing). QEMU serves
+	// the back-end channel from its main loop, so never while it waits
+	// for the reply to a request of its own. Nil serves each back-end
+	// request between two front-end requests.
+	MainLoop func(stop <-chan struct{}, serve func())
 }
 
 // Frontend is a vhost-user front-end on one connection. Requests are
-// serialised; the back-end channel runs on its own goroutine.
+// serialised; back-end requests are read on a goroutine of their own and
+// handled on the main loop (Options.MainLoop).
 type Frontend struct {
 	log  *slog.Logger
 	opts Options
@@ -58,6 +68,9 @@ type Frontend struct {
 
 	traceMu sync.Mutex
 	trace   []Request
+
+	memMu  sync.Mutex
+	memTab []MemRegion // what the back-end was given (QEMU's shadow table)
 
 	bmu     sync.Mutex
 	backend *backendChannel
@@ -100,9 +113,10 @@ func Dial(ctx context.Context, path string, opts Options) (*Frontend, error) {
 	return New(c.(*net.UnixConn), opts), nil
 }
 
-// Close closes the connection and the back-end channel, drops every shared
-// memory mapping (releasing the regions too if the Frontend owns them) and
-// closes the notifiers. It is safe to call more than once.
+// Close closes the connection and the back-end channel and the notifiers,
+// and releases the shared memory regions if the Frontend owns them (an
+// Options.Shmem space keeps its mappings: they are the device's, as in
+// QEMU). It is safe to call more than once.
 func (f *Frontend) Close() error {
 	var err error
 	f.closeOnce.Do(func() {
@@ -124,8 +138,6 @@ func (f *Frontend) Close() error {
 		f.mu.Unlock()
 		if f.ownShmem {
 			f.shmem.Close()
-		} else {
-			f.shmem.DropMappings()
 		}
 	})
 	return err
@@ -143,6 +155,15 @@ func (f *Frontend) ResetTrace() {
 	f.traceMu.Lock()
 	f.trace = nil
 	f.traceMu.Unlock()
+}
+
+// MemTable is the memory table the back-end has on this connection, as
+// QEMU's shadow table keeps it: the last SET_MEM_TABLE, changed by every
+// ADD_MEM_REG and REM_MEM_REG the back-end accepted since.
+func (f *Frontend) MemTable() []MemRegion {
+	f.memMu.Lock()
+	defer f.memMu.Unlock()
+	return slices.Clone(f.memTab)
 }
 
 // Features is the last feature set GET_FEATURES returned.
@@ -176,6 +197,18 @@ func (f *Frontend) BackendErr() error {
 		return nil
 	}
 	return f.backend.err()
+}
+
+// onMainLoop runs serve on the main loop (Options.MainLoop), or else
+// between two front-end requests.
+func (f *Frontend) onMainLoop(stop <-chan struct{}, serve func()) {
+	if f.opts.MainLoop != nil {
+		f.opts.MainLoop(stop, serve)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	serve()
 }
 
 // exchange sends one request and, if wantReply, reads one reply whose

@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // One method per front-end request. Each sends the payload the
@@ -72,7 +73,13 @@ func (f *Frontend) SetMemTable(ctx context.Context, regions []MemRegion, fds []i
 	if len(fds) != len(regions) {
 		return fmt.Errorf("SET_MEM_TABLE with %d regions but %d fds", len(regions), len(fds))
 	}
-	return f.sendAck(ctx, ReqSetMemTable, encodeMemTable(regions), fds, ackIfAck)
+	if err := f.sendAck(ctx, ReqSetMemTable, encodeMemTable(regions), fds, ackIfAck); err != nil {
+		return err
+	}
+	f.memMu.Lock()
+	f.memTab = slices.Clone(regions)
+	f.memMu.Unlock()
+	return nil
 }
 
 // AddMemReg sends ADD_MEM_REG with the region's fd.
@@ -80,7 +87,13 @@ func (f *Frontend) AddMemReg(ctx context.Context, r MemRegion, fd int) error {
 	if err := f.need(ProtoConfigureMemSlots, ReqAddMemReg); err != nil {
 		return err
 	}
-	return f.sendAck(ctx, ReqAddMemReg, encodeMemReg(r), []int{fd}, ackIfAck)
+	if err := f.sendAck(ctx, ReqAddMemReg, encodeMemReg(r), []int{fd}, ackIfAck); err != nil {
+		return err
+	}
+	f.memMu.Lock()
+	f.memTab = append(f.memTab, r)
+	f.memMu.Unlock()
+	return nil
 }
 
 // RemMemReg sends REM_MEM_REG without an fd. As QEMU does, the mmap offset
@@ -91,7 +104,15 @@ func (f *Frontend) RemMemReg(ctx context.Context, r MemRegion) error {
 		return err
 	}
 	r.MmapOffset = 0
-	return f.sendAck(ctx, ReqRemMemReg, encodeMemReg(r), nil, ackIfAck)
+	if err := f.sendAck(ctx, ReqRemMemReg, encodeMemReg(r), nil, ackIfAck); err != nil {
+		return err
+	}
+	f.memMu.Lock()
+	f.memTab = slices.DeleteFunc(f.memTab, func(x MemRegion) bool {
+		return x.GuestPhys == r.GuestPhys && x.Size == r.Size && x.UserAddr == r.UserAddr
+	})
+	f.memMu.Unlock()
+	return nil
 }
 
 // SetVringNum sends SET_VRING_NUM.
@@ -195,17 +216,14 @@ func (f *Frontend) SetConfig(ctx context.Context, offset, flags uint32, data []b
 	return f.sendAck(ctx, ReqSetConfig, encodeConfig(offset, flags, data), nil, ackIfAck)
 }
 
-// SetStatus sends SET_STATUS. QEMU does not wait for it. Status 0 is a
-// device reset: every shared memory mapping is dropped.
+// SetStatus sends SET_STATUS. QEMU does not wait for it. Shared memory
+// mappings are the VMM's to drop (ShmemSpace.DropMappings), on its own
+// reset of the device.
 func (f *Frontend) SetStatus(ctx context.Context, status uint8) error {
 	if err := f.need(ProtoStatus, ReqSetStatus); err != nil {
 		return err
 	}
-	err := f.send(ctx, ReqSetStatus, u64Payload(uint64(status)), nil)
-	if status == 0 {
-		f.shmem.DropMappings()
-	}
-	return err
+	return f.send(ctx, ReqSetStatus, u64Payload(uint64(status)), nil)
 }
 
 // GetStatus sends GET_STATUS.
@@ -230,15 +248,13 @@ func (f *Frontend) AddStatus(ctx context.Context, bits uint8) error {
 	return f.SetStatus(ctx, s|bits)
 }
 
-// ResetDevice sends RESET_DEVICE (needs RESET_DEVICE) and drops every
-// shared memory mapping.
+// ResetDevice sends RESET_DEVICE (needs RESET_DEVICE). Like SetStatus it
+// leaves the shared memory mappings alone.
 func (f *Frontend) ResetDevice(ctx context.Context) error {
 	if err := f.need(ProtoResetDevice, ReqResetDevice); err != nil {
 		return err
 	}
-	err := f.send(ctx, ReqResetDevice, nil, nil)
-	f.shmem.DropMappings()
-	return err
+	return f.send(ctx, ReqResetDevice, nil, nil)
 }
 
 // GetInflightFD sends GET_INFLIGHT_FD. When the reply's mmap size is not

@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -425,5 +426,45 @@ func TestContextCancelBreaks(t *testing.T) {
 	})
 	if _, err := f.GetFeatures(context.Background()); !errors.Is(err, ErrBroken) {
 		t.Errorf("after an interrupted request: %v", err)
+	}
+}
+
+// MemTable follows what the back-end accepted: SET_MEM_TABLE replaces it,
+// ADD_MEM_REG and REM_MEM_REG change it, a refused request does not.
+func TestMemTableShadow(t *testing.T) {
+	ctx := context.Background()
+	f, be := newTestPair(t, Options{})
+	proto := uint64(1<<ProtoConfigureMemSlots | 1<<ProtoReplyAck)
+	be.run(func(b *fakeBackend) { b.expect(ReqSetProtocolFeatures, v1, le64(proto)) }, func() {
+		if err := f.SetProtocolFeatures(ctx, proto); err != nil {
+			t.Fatal(err)
+		}
+	})
+	efd := eventfd(t)
+	r := func(i uint64) MemRegion {
+		return MemRegion{GuestPhys: i << 30, Size: 4096, UserAddr: 0x7f00_0000_0000 + i<<20, MmapOffset: i << 12}
+	}
+	call := func(req Request, ack uint64, fn func() error) error {
+		var err error
+		be.run(func(b *fakeBackend) {
+			closeFDs(b.expect(req, v1|FlagNeedReply, nil).fds)
+			b.replyU64(req, ack)
+		}, func() { err = fn() })
+		return err
+	}
+	if err := call(ReqSetMemTable, 0, func() error { return f.SetMemTable(ctx, []MemRegion{r(0), r(1)}, []int{efd, efd}) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(ReqAddMemReg, 0, func() error { return f.AddMemReg(ctx, r(2), efd) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(ReqAddMemReg, 1, func() error { return f.AddMemReg(ctx, r(3), efd) }); err == nil {
+		t.Fatal("a refused ADD_MEM_REG succeeded")
+	}
+	if err := call(ReqRemMemReg, 0, func() error { return f.RemMemReg(ctx, r(0)) }); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.MemTable(), []MemRegion{r(1), r(2)}; !slices.Equal(got, want) {
+		t.Errorf("memory table %+v, want %+v", got, want)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vstellar/vstellar/guestmem"
 )
 
@@ -17,6 +19,11 @@ import (
 // Touching a part of a region that nothing is mapped into faults the whole
 // process, so the guest side should only read through ShmemSpace.View with
 // a range Mapped reports as covered.
+//
+// As in QEMU, the space belongs to the device, not to a connection: a
+// mapping stays until SHMEM_UNMAP, DropMappings (the device's reset) or
+// Close, and the space keeps a descriptor of each mapped file so the VMM
+// can report the mapping as guest memory (Files).
 type ShmemSpace struct {
 	mu      sync.Mutex
 	regions map[uint8]*shmemRegion
@@ -26,7 +33,24 @@ type ShmemSpace struct {
 type shmemRegion struct {
 	res  *guestmem.Mapping
 	size uint64
-	maps []ShmemMapping // sorted by ShmOffset, non-overlapping
+	maps []shmemMap // sorted by ShmOffset, non-overlapping
+}
+
+// shmemMap is one mapping and the file behind it, a descriptor of our own.
+type shmemMap struct {
+	ShmemMapping
+	fd int
+}
+
+// MappedFile is one mapping as a VMM reports it to the back-end as
+// memory: where it lies in this process and the file behind it.
+type MappedFile struct {
+	ShmemMapping
+	// Addr is the mapping's address in this process.
+	Addr uint64
+	// FD is the mapped file, owned by the ShmemSpace: valid until the
+	// mapping goes.
+	FD int
 }
 
 // NewShmemSpace returns an empty space; GET_SHMEM_CONFIG configures it.
@@ -36,8 +60,9 @@ func NewShmemSpace() *ShmemSpace {
 
 // Configure reserves address space for every non-zero size (indexed by
 // shmid). Sizes must be page multiples. Configuring again with the same
-// sizes keeps the regions (and drops their mappings); different sizes are
-// an error, because the regions are fixed for the device's lifetime.
+// sizes (a reconnect's GET_SHMEM_CONFIG) keeps the regions and their
+// mappings; different sizes are an error, because the regions are fixed
+// for the device's lifetime.
 func (s *ShmemSpace) Configure(sizes []uint64) error {
 	if len(sizes) > MaxShmemRegions {
 		return fmt.Errorf("%d shared memory regions (max %d)", len(sizes), MaxShmemRegions)
@@ -55,7 +80,6 @@ func (s *ShmemSpace) Configure(sizes []uint64) error {
 				return fmt.Errorf("shared memory region %d changed size to %#x: %w", id, sz, ErrProtocol)
 			}
 		}
-		s.dropLocked()
 		return nil
 	}
 	for id, sz := range sizes {
@@ -88,7 +112,8 @@ func (s *ShmemSpace) Sizes() map[uint8]uint64 {
 	return out
 }
 
-// Map places fd into region m.ShmID as SHMEM_MAP asks. The range must be
+// Map places fd into region m.ShmID as SHMEM_MAP asks, and keeps a
+// duplicate of fd for as long as the mapping lasts. The range must be
 // inside the region, page-aligned, non-empty and must not overlap an
 // existing mapping; flags must be 0 (read-only) or ShmemMapRW.
 func (s *ShmemSpace) Map(m ShmemMapping, fd int) error {
@@ -114,13 +139,18 @@ func (s *ShmemSpace) Map(m ShmemMapping, fd int) error {
 				m.ShmOffset, m.Len, old.ShmOffset, old.Len, m.ShmID)
 		}
 	}
+	own, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("keeping the mapped file: %w", err)
+	}
 	if err := r.res.MapFileFixed(m.ShmOffset, m.Len, fd, m.FdOffset, m.Flags&ShmemMapRW != 0); err != nil {
+		unix.Close(own)
 		return err
 	}
-	i, _ := slices.BinarySearchFunc(r.maps, m.ShmOffset, func(x ShmemMapping, off uint64) int {
+	i, _ := slices.BinarySearchFunc(r.maps, m.ShmOffset, func(x shmemMap, off uint64) int {
 		return cmpU64(x.ShmOffset, off)
 	})
-	r.maps = slices.Insert(r.maps, i, m)
+	r.maps = slices.Insert(r.maps, i, shmemMap{ShmemMapping: m, fd: own})
 	return nil
 }
 
@@ -133,13 +163,14 @@ func (s *ShmemSpace) Unmap(m ShmemMapping) error {
 	if s.closed || r == nil {
 		return fmt.Errorf("no shared memory region %d", m.ShmID)
 	}
-	i := slices.IndexFunc(r.maps, func(x ShmemMapping) bool { return x.ShmOffset == m.ShmOffset && x.Len == m.Len })
+	i := slices.IndexFunc(r.maps, func(x shmemMap) bool { return x.ShmOffset == m.ShmOffset && x.Len == m.Len })
 	if i < 0 {
 		return fmt.Errorf("range [%#x, +%#x) of region %d is not exactly one mapping", m.ShmOffset, m.Len, m.ShmID)
 	}
 	if err := r.res.ReleaseFixed(m.ShmOffset, m.Len); err != nil {
 		return err
 	}
+	unix.Close(r.maps[i].fd)
 	r.maps = slices.Delete(r.maps, i, i+1)
 	return nil
 }
@@ -148,10 +179,32 @@ func (s *ShmemSpace) Unmap(m ShmemMapping) error {
 func (s *ShmemSpace) Mappings(shmid uint8) []ShmemMapping {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var out []ShmemMapping
 	if r := s.regions[shmid]; r != nil {
-		return slices.Clone(r.maps)
+		for _, m := range r.maps {
+			out = append(out, m.ShmemMapping)
+		}
 	}
-	return nil
+	return out
+}
+
+// Files lists every mapping of every region, by shmid and offset, with
+// its address and file. The descriptors stay the space's: use them before
+// the mapping can go.
+func (s *ShmemSpace) Files() []MappedFile {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []MappedFile
+	for id := range MaxShmemRegions {
+		r := s.regions[uint8(id)]
+		if r == nil {
+			continue
+		}
+		for _, m := range r.maps {
+			out = append(out, MappedFile{ShmemMapping: m.ShmemMapping, Addr: r.res.Addr() + m.ShmOffset, FD: m.fd})
+		}
+	}
+	return out
 }
 
 // View returns the whole of region shmid, or false if there is none. Only
@@ -204,6 +257,7 @@ func (s *ShmemSpace) dropLocked() {
 	for _, r := range s.regions {
 		for _, m := range r.maps {
 			_ = r.res.ReleaseFixed(m.ShmOffset, m.Len)
+			unix.Close(m.fd)
 		}
 		r.maps = nil
 	}
@@ -219,6 +273,7 @@ func (s *ShmemSpace) Close() {
 }
 
 func (s *ShmemSpace) closeLocked() {
+	s.dropLocked()
 	for id, r := range s.regions {
 		_ = r.res.Unmap()
 		delete(s.regions, id)
