@@ -83,9 +83,9 @@ func startVM(t testing.TB, d *Device, o vmOpts) *vmGuest {
 	if err := vm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The Backend activates the device after acknowledging DRIVER_OK
-	// (activation may send SHMEM_MAP, which it cannot while the front-end
-	// waits for that acknowledgement).
+	// The Backend activates the device on a goroutine of its own once the
+	// rings start (activation may wait for SHMEM_MAP's acknowledgement,
+	// which the front-end gives only between its own requests).
 	waitFor(t, "device activation", d.active.Load)
 	g := &vmGuest{t: t, d: d, b: b, vm: vm, ctx: ctx}
 	g.scratch = g.alloc(batchMax*(batchReq+batchResp), 4096)

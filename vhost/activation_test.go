@@ -117,8 +117,8 @@ func memory(b *Backend) *guestmem.Table {
 	return b.cur.mem.Load()
 }
 
-// QEMU keeps a shared-memory mapping across guest resets and back-end
-// reconnects, and reports it in the memory table: the device must not map
+// QEMU keeps a shared-memory mapping across back-end reconnects, and
+// reports it in the memory table: the device must not map
 // it again (QEMU would stack a second mapping on the first).
 func TestReportedMappingIsNotMadeAgain(t *testing.T) {
 	dev := newEchoDevice(t)

@@ -19,8 +19,8 @@ import (
 // memory, the doorbells: kept out of the memory table, it can never be
 // pinned, covered by an MR or used as a DMA target.
 //
-// QEMU keeps a mapping until SHMEM_UNMAP or the device's removal: across
-// guest resets and back-end reconnects. It refuses nothing (a second
+// QEMU keeps a mapping until SHMEM_UNMAP, a guest reset or the device's
+// removal, across back-end reconnects. It refuses nothing (a second
 // mapping would overlap the first) but closes the back-end channel on a
 // SHMEM_UNMAP of nothing. So the report is how we know what is mapped: a
 // mapping of the same file is not made again, and one of an earlier

@@ -120,8 +120,20 @@ func (d pciDev) rebind(driver string) error {
 	if err := writeAttr(filepath.Join(d.sysfs, "bus/pci/drivers_probe"), d.addr); err != nil {
 		return err
 	}
-	if driver != "" && d.driver() != driver {
-		return fmt.Errorf("virtiopci: %s did not bind to %s (bound: %q)", driver, d.addr, d.driver())
+	if driver == "" {
+		return nil
+	}
+	// A device just hot-plugged is still being probed by the kernel,
+	// which holds it meanwhile and then binds it as driver_override says:
+	// give that a moment, probing again, before calling it a failure.
+	for wait := 5 * time.Millisecond; d.driver() != driver; wait *= 2 {
+		if wait > time.Second {
+			return fmt.Errorf("virtiopci: %s did not bind to %s (bound: %q)", driver, d.addr, d.driver())
+		}
+		time.Sleep(wait)
+		if d.driver() == "" {
+			writeAttr(filepath.Join(d.sysfs, "bus/pci/drivers_probe"), d.addr)
+		}
 	}
 	return nil
 }
