@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/vhosttrace"
 	"github.com/vstellar/vstellar/vhost/frontend"
 	"github.com/vstellar/vstellar/virtio/abi"
 	"github.com/vstellar/vstellar/vmm"
@@ -36,7 +37,7 @@ func TestTraceMatchesQEMU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := parseTrace(string(b))
+			want, err := vhosttrace.Parse(string(b))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +53,7 @@ func TestTraceMatchesQEMU(t *testing.T) {
 					continue
 				}
 				if !slices.Equal(w, got[p]) {
-					t.Errorf("phase %s: the simulated VMM differs from %s:\n%s", p, c.qemu, lineDiff(w, got[p]))
+					t.Errorf("phase %s: the simulated VMM differs from %s:\n%s", p, c.qemu, vhosttrace.Diff(w, got[p]))
 				}
 			}
 		})
@@ -176,7 +177,7 @@ func simulateTrace(t *testing.T, proto uint64) map[string][]string {
 	vm = boot("s2")
 	must(vm.Start(ctx))
 	if s := tl.settle(t, "s2", 1); !slices.Equal(s, got["start"]) {
-		t.Errorf("the second VM's start differs from the first's:\n%s", lineDiff(got["start"], s))
+		t.Errorf("the second VM's start differs from the first's:\n%s", vhosttrace.Diff(got["start"], s))
 	}
 	must(vm.Close())
 	got["unplug"] = tl.settle(t, "s2", 0)
@@ -301,46 +302,4 @@ func (l *traceLog) settle(t *testing.T, dev string, activations int) []string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// parseTrace reads a recording: "[phase]" headers and one line per
-// request; lines starting with # are notes.
-func parseTrace(s string) (map[string][]string, error) {
-	out := map[string][]string{}
-	phase := ""
-	for i, l := range strings.Split(s, "\n") {
-		l = strings.TrimSpace(l)
-		switch {
-		case l == "" || strings.HasPrefix(l, "#"):
-		case strings.HasPrefix(l, "[") && strings.HasSuffix(l, "]"):
-			phase = l[1 : len(l)-1]
-			out[phase] = nil
-		case phase == "":
-			return nil, fmt.Errorf("line %d: %q before the first [phase]", i+1, l)
-		default:
-			out[phase] = append(out[phase], l)
-		}
-	}
-	return out, nil
-}
-
-// lineDiff shows two sequences side by side from their first difference.
-func lineDiff(want, got []string) string {
-	i := 0
-	for i < len(want) && i < len(got) && want[i] == got[i] {
-		i++
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "the first %d lines agree; then\n", i)
-	for j := i; j < max(len(want), len(got)) && j < i+40; j++ {
-		w, g := "-", "-"
-		if j < len(want) {
-			w = want[j]
-		}
-		if j < len(got) {
-			g = got[j]
-		}
-		fmt.Fprintf(&b, "  %3d  want %-28s got %s\n", j+1, w, g)
-	}
-	return b.String()
 }

@@ -113,26 +113,11 @@ func realVMPair(ctx context.Context, env *realvm.Env, qemu, initrd string, log *
 	target := guests[1]
 	rep, err := agent.RunVerbs(ctx, guests[0].Agent, target.Agent, agent.RunOptions{
 		Strict: true,
-		Pause:  func(ctx context.Context) error { return pauseRealVM(ctx, target.VM) },
+		Pause:  func(ctx context.Context) error { return target.VM.Pause(ctx, 200*time.Millisecond) },
 	})
 	res.Report = rep
 	if rep != nil {
 		rep.WriteTable(out)
 	}
 	return res, err
-}
-
-// pauseRealVM stops the VM's vCPUs and its device's rings for a moment.
-func pauseRealVM(ctx context.Context, vm *realvm.VM) error {
-	q, err := vm.QMP(ctx)
-	if err != nil {
-		return err
-	}
-	defer q.Close()
-	if _, err := q.Execute(ctx, "stop", nil); err != nil {
-		return err
-	}
-	time.Sleep(200 * time.Millisecond)
-	_, err = q.Execute(ctx, "cont", nil)
-	return err
 }

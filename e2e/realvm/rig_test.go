@@ -167,21 +167,8 @@ func newRigEnv(t *testing.T) *realvm.Env {
 	return realvm.Require(t)
 }
 
-// pauseVM stops the guest's vCPUs (and with them, in QEMU's generic
-// device, the rings: GET_VRING_BASE on each) and lets it run again.
-func pauseVM(ctx context.Context, g *guest) error {
-	q, err := g.vm.QMP(ctx)
-	if err != nil {
-		return err
-	}
-	defer q.Close()
-	if _, err := q.Execute(ctx, "stop", nil); err != nil {
-		return err
-	}
-	time.Sleep(200 * time.Millisecond)
-	_, err = q.Execute(ctx, "cont", nil)
-	return err
-}
+// pauseVM stops the guest's vCPUs and rings for a moment.
+func pauseVM(ctx context.Context, g *guest) error { return g.vm.Pause(ctx, 200*time.Millisecond) }
 
 // qemusWhere returns the harness's QEMUs that can run a test, and logs
 // why each other one cannot: a limit of that QEMU, not of the device.

@@ -16,6 +16,7 @@ import (
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/realvm"
+	"github.com/vstellar/vstellar/internal/vhosttrace"
 )
 
 // traceRecordEnv set to 1 makes TestQEMUMessageTrace rewrite the golden
@@ -95,7 +96,7 @@ func TestQEMUMessageTrace(t *testing.T) {
 			sameStart := func(dev string, lines []string) {
 				t.Helper()
 				if !traceEqual(got["start"], lines) {
-					t.Errorf("%s's start differs from the first VM's:\n%s", dev, lineDiff(got["start"], lines))
+					t.Errorf("%s's start differs from the first VM's:\n%s", dev, vhosttrace.Diff(got["start"], lines))
 				}
 			}
 
@@ -165,7 +166,7 @@ func TestQEMUMessageTrace(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v (record it with %s=1)", err, traceRecordEnv)
 			}
-			want, err := parseTrace(string(b))
+			want, err := vhosttrace.Parse(string(b))
 			if err != nil {
 				t.Fatalf("%s: %v", path, err)
 			}
@@ -174,7 +175,7 @@ func TestQEMUMessageTrace(t *testing.T) {
 					t.Errorf("%s has no phase %s (%s=1 records it)", path, p, traceRecordEnv)
 				} else if !traceEqual(want[p], got[p]) {
 					t.Errorf("%s %s: QEMU's requests differ from %s (%s=1 rewrites it):\n%s",
-						qemu, p, path, traceRecordEnv, lineDiff(want[p], got[p]))
+						qemu, p, path, traceRecordEnv, vhosttrace.Diff(want[p], got[p]))
 				}
 			}
 		})
@@ -492,47 +493,6 @@ func formatTrace(qemu string, phases map[string][]string, notes []string) string
 		for _, l := range phases[p] {
 			fmt.Fprintln(&b, l)
 		}
-	}
-	return b.String()
-}
-
-// parseTrace reads formatTrace's output.
-func parseTrace(s string) (map[string][]string, error) {
-	out := map[string][]string{}
-	phase := ""
-	for i, l := range strings.Split(s, "\n") {
-		l = strings.TrimSpace(l)
-		switch {
-		case l == "" || strings.HasPrefix(l, "#"):
-		case strings.HasPrefix(l, "[") && strings.HasSuffix(l, "]"):
-			phase = l[1 : len(l)-1]
-			out[phase] = nil
-		case phase == "":
-			return nil, fmt.Errorf("line %d: %q before the first [phase]", i+1, l)
-		default:
-			out[phase] = append(out[phase], l)
-		}
-	}
-	return out, nil
-}
-
-// lineDiff shows two sequences side by side from their first difference.
-func lineDiff(want, got []string) string {
-	i := 0
-	for i < len(want) && i < len(got) && want[i] == got[i] {
-		i++
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "the first %d lines agree; then\n", i)
-	for j := i; j < max(len(want), len(got)) && j < i+40; j++ {
-		w, g := "-", "-"
-		if j < len(want) {
-			w = want[j]
-		}
-		if j < len(got) {
-			g = got[j]
-		}
-		fmt.Fprintf(&b, "  %3d  want %-28s got %s\n", j+1, w, g)
 	}
 	return b.String()
 }
