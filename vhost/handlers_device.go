@@ -106,10 +106,10 @@ func (s *session) getStatus(m *Message) ([]byte, error) {
 }
 
 // setStatus follows the driver's status. DRIVER_OK activates the device
-// (activation.go). Status
-// 0 is what QEMU sends on every stop, a guest reset or a VM pause alike, so
-// it suspends the device; the device's state is dropped only by
-// RESET_DEVICE or by the driver itself.
+// (activation.go). Status 0, which a front-end that sends status at all
+// sends on a stop (a guest reset or a VM pause alike), suspends the
+// device; its state is dropped by RESET_DEVICE, by the driver itself, or
+// when a new driver starts the rings (activation.go).
 func (s *session) setStatus(m *Message) ([]byte, error) {
 	v, err := decodeU64(m.Payload)
 	if err != nil {
