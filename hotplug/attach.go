@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 )
 
 // Attached is a device Attach plugged into a VM.
@@ -82,6 +84,14 @@ func (c *Client) Attach(ctx context.Context, spec Spec) (Attached, error) {
 		return fail("chardev-add", err, false, false, false)
 	}
 	log.Debug("chardev added", "chardev", a.Chardev, "socket", s.Socket)
+	if s.Reconnect > 0 {
+		// With reconnect-ms QEMU connects in the background, and a
+		// device_add that finds the chardev not yet connected fails
+		// (vhost_backend_init: Protocol error).
+		if err := c.waitConnected(ctx, a.Chardev); err != nil {
+			return fail("chardev-add", err, false, false, true)
+		}
+	}
 
 	args := map[string]any{
 		"driver":      s.Driver,
@@ -284,7 +294,13 @@ type Chardev struct {
 
 // Chardevs lists QEMU's chardevs.
 func (c *Client) Chardevs(ctx context.Context) ([]Chardev, error) {
-	ret, err := c.Execute(ctx, "query-chardev", nil)
+	c.ops.Lock()
+	defer c.ops.Unlock()
+	return c.chardevs(ctx)
+}
+
+func (c *Client) chardevs(ctx context.Context) ([]Chardev, error) {
+	ret, err := c.execute(ctx, "query-chardev", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -293,6 +309,28 @@ func (c *Client) Chardevs(ctx context.Context) ([]Chardev, error) {
 		return nil, fmt.Errorf("%w: query-chardev: %v", ErrProtocol, err)
 	}
 	return l, nil
+}
+
+// waitConnected polls query-chardev until the chardev id is connected,
+// within the client's CommandTimeout and ctx. Called with c.ops held.
+func (c *Client) waitConnected(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.CommandTimeout)
+	defer cancel()
+	for {
+		l, err := c.chardevs(ctx)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(l, func(ch Chardev) bool { return ch.Label == id })
+		if i >= 0 && !strings.HasPrefix(l[i].Filename, "disconnected:") {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("chardev %s did not connect to its socket: %w", id, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // peripheral is the QOM path of a device with an id.

@@ -362,3 +362,23 @@ func TestAttachContextCancelled(t *testing.T) {
 		t.Fatalf("state %+v %+v", srv.Devices(), srv.Chardevs())
 	}
 }
+
+// With reconnect-ms, QEMU connects the chardev in the background, and a
+// device_add before it has connected fails: Attach waits for the
+// connection, and gives up (removing the chardev) if it never comes.
+func TestAttachWaitsForTheReconnectingChardev(t *testing.T) {
+	srv, be, c := rig(t, qmptest.Options{}, Options{CommandTimeout: 300 * time.Millisecond})
+	if _, err := c.Attach(context.Background(), Spec{ID: "vst0", Socket: be.path, Bus: "rp0", Reconnect: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	none := filepath.Join(filepath.Dir(be.path), "none.sock")
+	_, err := c.Attach(context.Background(), Spec{ID: "vst1", Socket: none, Bus: "rp1", Reconnect: time.Second})
+	se := asStep(t, err)
+	if se.Step != "chardev-add" || !strings.Contains(err.Error(), "did not connect") ||
+		!slices.Equal(se.RolledBack, []string{"chardev-remove vst1-chr"}) {
+		t.Fatalf("error %v, rolled back %v", err, se.RolledBack)
+	}
+	if len(srv.Chardevs()) != 1 || len(srv.Devices()) != 1 {
+		t.Fatalf("left in QEMU: %+v %+v", srv.Chardevs(), srv.Devices())
+	}
+}

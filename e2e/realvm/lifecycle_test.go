@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -262,18 +260,16 @@ func (r *rig) plug(qemu, name string, reconnect time.Duration) (*guest, *hotplug
 	qm, _ := r.env.QEMU(qemu)
 	spec := hotplug.Spec{ID: "vst0", Socket: socket, Bus: "rp0", VirtioID: qm.VirtioID, Reconnect: reconnect}
 	attach := time.Now()
+	a, err := q.Attach(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	where := "on rp0"
-	if reconnect == 0 {
-		a, err := q.Attach(ctx, spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if a.PCI == nil {
-			t.Fatalf("attached, but QEMU does not list the device: %s", a.Note)
-		}
+	switch {
+	case a.PCI != nil:
 		where = "at " + a.PCI.Address.String()
-	} else {
-		attachReconnecting(t, ctx, q, spec)
+	case reconnect == 0:
+		t.Fatalf("attached, but QEMU does not list the device: %s", a.Note)
 	}
 	line, err := vm.WaitSerial(ctx, "ms after the transport began to open")
 	if err != nil {
@@ -284,42 +280,6 @@ func (r *rig) plug(qemu, name string, reconnect time.Duration) (*guest, *hotplug
 	g := &guest{name: name, socket: socket, vm: vm}
 	g.agent, g.info = r.dialAgent(vm, time.Minute)
 	return g, q
-}
-
-// attachReconnecting hot-plugs spec, whose chardev has reconnect-ms, as
-// hotplug.Attach does but waiting for the chardev's first connection
-// before device_add: with reconnect-ms QEMU connects in the background,
-// and the generic device's realize fails ("vhost_backend_init failed:
-// Protocol error") if it comes first.
-func attachReconnecting(t *testing.T, ctx context.Context, q *hotplug.Client, spec hotplug.Spec) {
-	t.Helper()
-	s := spec.WithDefaults()
-	if _, err := q.Execute(ctx, "chardev-add", map[string]any{"id": s.ChardevID(), "backend": map[string]any{
-		"type": "socket", "data": map[string]any{
-			"addr":   map[string]any{"type": "unix", "data": map[string]any{"path": s.Socket}},
-			"server": false, "reconnect-ms": s.Reconnect.Milliseconds(),
-		}}}); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		l, err := q.Chardevs(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		i := slices.IndexFunc(l, func(c hotplug.Chardev) bool { return c.Label == s.ChardevID() })
-		if i >= 0 && !strings.HasPrefix(l[i].Filename, "disconnected:") {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("chardev %s never connected: %v", s.ChardevID(), l)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	if _, err := q.Execute(ctx, "device_add", map[string]any{"driver": s.Driver, "id": s.ID, "chardev": s.ChardevID(),
-		"virtio-id": s.VirtioID, "num_vqs": s.NumQueues, "vq_size": s.QueueSize, "config_size": s.ConfigSize, "bus": s.Bus}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // bootOn starts a VM on qemu with the device at socket cold-plugged and
