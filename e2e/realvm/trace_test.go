@@ -231,29 +231,21 @@ func (r *rig) traceVM(qemu, name string) *realvm.VM {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := r.env.GuestConfig(qemu, image(t, r.env))
+	// The root port must come before the device on QEMU's command line,
+	// so the device goes in as arguments after it, not as Config.Devices.
+	q, err := r.env.QEMU(qemu)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The root port must come before the device on QEMU's command line.
-	dev, err := hotplug.DeviceArgs(hotplug.Spec{ID: "vst0", Socket: socket, VirtioID: cfg.QEMU.VirtioID,
-		Bus: "rp0"})
+	dev, err := hotplug.DeviceArgs(hotplug.Spec{ID: "vst0", Socket: socket, VirtioID: q.VirtioID, Bus: "rp0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Args = append(append(cfg.Args, "-device", "pcie-root-port,id=rp0,chassis=1"), dev...)
-	cfg.AllowReboot = true // system_reset reboots instead of ending QEMU
-	cfg.Logger = r.log.With("vm", name)
-	vm, err := realvm.Start(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		vm.Kill()
-		vm.Wait()
-		if t.Failed() {
-			t.Logf("%s console:\n%s", name, vm.Log())
-		}
+	vm := r.start(qemu, name, bootOptions{
+		allowReboot: true, // system_reset reboots instead of ending QEMU
+		configure: func(cfg *realvm.Config) {
+			cfg.Args = append(append(cfg.Args, "-device", "pcie-root-port,id=rp0,chassis=1"), dev...)
+		},
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
