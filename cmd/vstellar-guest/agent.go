@@ -40,7 +40,7 @@ func serveAgent(ctx context.Context, cfg config, d *device, con *console, log *s
 			svc.Close()
 			return 1, false
 		}
-		con.printf("agent serving on %s", cfg.tty)
+		con.printf("%s %s", agentServing, cfg.tty)
 		err = svc.Serve(ctx, port)
 		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, errRemoved) {
 			con.printf("agent session ended: %v", err)

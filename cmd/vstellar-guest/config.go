@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -15,7 +16,7 @@ import (
 
 // config is what the program does.
 type config struct {
-	mode  string // "agent" or "probe"
+	mode  string // "agent", "probe" or "exec"
 	devID uint16
 	addr  string
 	tty   string
@@ -26,6 +27,9 @@ type config struct {
 	// again after it is unplugged (hot-plug).
 	wait    bool
 	timeout time.Duration // 0: none
+	// ip is the first network interface's address in exec mode
+	// ("10.0.0.1/24"); empty leaves the network down.
+	ip string
 }
 
 func defaults() config {
@@ -33,8 +37,13 @@ func defaults() config {
 }
 
 func (c config) check() error {
-	if c.mode != "agent" && c.mode != "probe" {
-		return fmt.Errorf("mode %q: want agent or probe", c.mode)
+	if c.mode != "agent" && c.mode != "probe" && c.mode != "exec" {
+		return fmt.Errorf("mode %q: want agent, probe or exec", c.mode)
+	}
+	if c.ip != "" {
+		if _, err := netip.ParsePrefix(c.ip); err != nil {
+			return fmt.Errorf("address %q: %w", c.ip, err)
+		}
 	}
 	if c.devID == 0 {
 		return fmt.Errorf("virtio device id 0")
@@ -45,7 +54,8 @@ func (c config) check() error {
 func configFromFlags(args []string) (config, error) {
 	c := defaults()
 	fs := flag.NewFlagSet("vstellar-guest", flag.ContinueOnError)
-	fs.StringVar(&c.mode, "mode", c.mode, "agent: serve the verbs agent on -tty; probe: open the device, print, stop")
+	fs.StringVar(&c.mode, "mode", c.mode, "agent: serve the verbs agent on -tty; probe: open the device, print, stop; exec: leave the device to the kernel driver and run programs for the host on -tty")
+	fs.StringVar(&c.ip, "ip", "", "exec mode: the first network interface's address, as 10.0.0.1/24")
 	devID := fs.Uint("devid", uint(c.devID), "virtio device id to accept (a stand-in for 42 under a VMM that cannot name it)")
 	fs.StringVar(&c.addr, "addr", "", "PCI address of the device (default: the first that matches)")
 	fs.StringVar(&c.tty, "tty", c.tty, "serial port the agent serves")
@@ -99,6 +109,8 @@ func parseCmdline(s string) (config, error) {
 			c.handBack = on(v)
 		case "vstellar.wait":
 			c.wait = on(v)
+		case "vstellar.ip":
+			c.ip = v
 		case "vstellar.timeout":
 			c.timeout, err = time.ParseDuration(v)
 			timeoutSet = true

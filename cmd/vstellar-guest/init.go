@@ -46,12 +46,12 @@ func asInit(start time.Duration) int {
 		con.printf("init: %v", err)
 		return 1
 	}
-	for _, m := range []string{"uio", "uio_pci_generic"} {
-		switch how, err := loadModule(m); {
+	for _, m := range modulesToLoad() {
+		switch how, err := loadModule(m.name, m.params); {
 		case err != nil:
-			con.printf("init: module %s: %v", m, err)
+			con.printf("init: module %s: %v", m.name, err)
 		default:
-			con.printf("init: module %s %s", m, how)
+			con.printf("init: module %s %s", m.name, how)
 		}
 	}
 	status := runWorker(con, cfg, start)
@@ -77,11 +77,35 @@ func mountAll() error {
 	return nil
 }
 
+// modulesFile lists the modules to load, one per line in load order, each
+// with its parameters ("vstellar cmd_timeout_ms=60000").
+const modulesFile = "/etc/vstellar/modules"
+
+type module struct{ name, params string }
+
+// modulesToLoad reads modulesFile; an image without one gets the uio
+// modules that virtiopci needs.
+func modulesToLoad() []module {
+	b, err := os.ReadFile(modulesFile)
+	if err != nil {
+		return []module{{name: "uio"}, {name: "uio_pci_generic"}}
+	}
+	var mods []module
+	for _, line := range strings.Split(string(b), "\n") {
+		name, params, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if name != "" && !strings.HasPrefix(name, "#") {
+			mods = append(mods, module{name, strings.TrimSpace(params)})
+		}
+	}
+	return mods
+}
+
 // loadModule loads the module name from the first file under
 // /lib/modules called name.ko, plain or compressed (the kernel
 // decompresses with MODULE_INIT_COMPRESSED_FILE). A module that is
-// already loaded, or built in, is fine.
-func loadModule(name string) (string, error) {
+// already loaded, or built in, is fine. Parameters on the kernel command
+// line (name.param=value) apply as well.
+func loadModule(name, params string) (string, error) {
 	if _, err := os.Stat(filepath.Join("/sys/module", name)); err == nil {
 		return "already present", nil
 	}
@@ -110,7 +134,7 @@ func loadModule(name string) (string, error) {
 	if !strings.HasSuffix(path, ".ko") {
 		flags = unix.MODULE_INIT_COMPRESSED_FILE
 	}
-	if err := unix.FinitModule(int(f.Fd()), "", flags); err != nil && err != unix.EEXIST {
+	if err := unix.FinitModule(int(f.Fd()), params, flags); err != nil && err != unix.EEXIST {
 		return "", fmt.Errorf("finit_module %s: %w", path, err)
 	}
 	return "loaded from " + path, nil

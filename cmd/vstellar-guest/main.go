@@ -6,14 +6,18 @@
 // from the kernel with package virtiopci, opens it with the Go verbs
 // library, prints what it found and how long the device took to become
 // ready, and then (mode agent) serves the verbs agent on a serial port
-// for a test on the host, or (mode probe) stops.
+// for a test on the host, or (mode probe) stops. In mode exec it leaves
+// the device to the kernel driver (vstellar.ko), brings the network up
+// and runs programs for the host (package guestexec): rdma-core's tools
+// and perftest over the kernel driver and libvstellar.
 //
-// As PID 1 it mounts what the driver needs, loads the uio modules, runs
+// As PID 1 it mounts what the driver needs, loads the kernel modules the
+// image lists in /etc/vstellar/modules (else uio and uio_pci_generic), runs
 // the work in a child process (so no crash of the work can end PID 1 and
 // panic the kernel) and powers the VM off when the child ends. Settings
 // come from flags or, as PID 1, from the kernel command line:
 //
-//	vstellar.mode=agent|probe   what to do once the device is open (agent)
+//	vstellar.mode=agent|probe|exec  what to do (agent)
 //	vstellar.devid=N            the virtio device id to accept (42)
 //	vstellar.addr=BDF           the PCI address to take (the first match)
 //	vstellar.tty=PATH           the agent's serial port (/dev/ttyS1)
@@ -22,6 +26,7 @@
 //	vstellar.wait=1             wait for the device to be hot-plugged, and
 //	                            again after it is unplugged
 //	vstellar.timeout=DURATION   power off after this long (probe: 2m)
+//	vstellar.ip=ADDR/LEN        exec: the first network interface's address
 //
 // The agent lets the host reboot the guest (an abrupt reboot, no driver
 // shutdown) and reset and re-open the device (after a restarted

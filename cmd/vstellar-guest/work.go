@@ -62,6 +62,9 @@ func work(cfg config, con *console) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(con, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if cfg.mode == "exec" {
+		return serveExec(ctx, cfg, con, log)
+	}
 	for {
 		con.printf("opening virtio device id %d (PCI %04x:%04x), mode %s", cfg.devID, abi.PCIVendorID, 0x1040+int(cfg.devID), cfg.mode)
 		d := &device{cfg: cfg, con: con, log: log}

@@ -46,6 +46,26 @@ type Env struct {
 	Keys map[string]string
 	// SidRoot is the Debian sid root both QEMUs load their libraries from.
 	SidRoot string
+	// RDMA is the guest's RDMA user space and what builds vstellar.ko
+	// and libvstellar.
+	RDMA RDMA
+}
+
+// RDMA is what runs unmodified RDMA programs in a guest: rdma-core's
+// tools and perftest from sid, and what builds the kernel driver and the
+// provider inside the sid root.
+type RDMA struct {
+	// GuestRoot holds the programs and every library they load, with an
+	// ld.so.cache, laid out as in the guest.
+	GuestRoot string
+	// RDMACore and Perftest are the Debian versions; ProviderABI is
+	// rdma-core's private provider ABI (providers are
+	// lib<name>-rdmav<ProviderABI>.so).
+	RDMACore, ProviderABI, Perftest string
+	// RDMACoreSrc, KernelHeaders and NewestKernelHeaders are paths inside
+	// the sid root: rdma-core's source of the installed version, the
+	// guest kernel's headers and sid's newest kernel's.
+	RDMACoreSrc, KernelHeaders, NewestKernelHeaders string
 }
 
 // QEMU is one QEMU binary and how to run it: through the sid root's
@@ -111,6 +131,15 @@ type manifest struct {
 		ModulesBuiltinModinfo string   `json:"modules_builtin_modinfo"`
 		Modules               []Module `json:"modules"`
 	} `json:"kernel"`
+	RDMA struct {
+		GuestRoot           string `json:"guest_root"`
+		RDMACore            string `json:"rdma_core"`
+		ProviderABI         string `json:"provider_abi"`
+		Perftest            string `json:"perftest"`
+		RDMACoreSrc         string `json:"rdma_core_src"`
+		KernelHeaders       string `json:"kernel_headers"`
+		NewestKernelHeaders string `json:"newest_kernel_headers"`
+	} `json:"rdma"`
 	StandinVirtioID int               `json:"standin_virtio_id"`
 	Keys            map[string]string `json:"keys"`
 }
@@ -202,6 +231,14 @@ func Load(dir string) (*Env, error) {
 	}
 	for _, mod := range k.Modules {
 		e.Kernel.Modules = append(e.Kernel.Modules, Module{Name: mod.Name, Path: need(mod.Path)})
+	}
+	r := m.RDMA
+	if r.GuestRoot == "" {
+		return nil, fmt.Errorf("realvm: %s/manifest.json has no rdma part (run prepare.sh again)", dir)
+	}
+	e.RDMA = RDMA{
+		GuestRoot: need(r.GuestRoot), RDMACore: r.RDMACore, ProviderABI: r.ProviderABI, Perftest: r.Perftest,
+		RDMACoreSrc: r.RDMACoreSrc, KernelHeaders: r.KernelHeaders, NewestKernelHeaders: r.NewestKernelHeaders,
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("realvm: harness in %s is incomplete, missing %s (run prepare.sh again)", dir, strings.Join(missing, ", "))

@@ -44,6 +44,15 @@ const fakeManifest = `{
     "modules_builtin_modinfo": "kernel/modules.builtin.modinfo",
     "modules": [{"name": "uio", "path": "kernel/modules/uio.ko"}, {"name": "uio_pci_generic", "path": "kernel/modules/uio_pci_generic.ko"}]
   },
+  "rdma": {
+    "guest_root": "rdma/guest-root",
+    "rdma_core": "65.0-1.1",
+    "provider_abi": "65",
+    "perftest": "25.01.0+0.80-1",
+    "rdma_core_src": "/srv/rdma-core/src",
+    "kernel_headers": "/usr/src/linux-headers-6.12.117+deb13-amd64",
+    "newest_kernel_headers": "/usr/src/linux-headers-7.2.13+deb14-amd64"
+  },
   "standin_virtio_id": 21,
   "keys": {"sid": "abc"}
 }`
@@ -53,7 +62,7 @@ var fakeFiles = []string{
 	"sid/usr/bin/qemu-system-x86_64", "sid/usr/share/qemu/", "sid/usr/share/seabios/",
 	"qemu-10.2.2-rdma/qemu-system-x86_64", "kernel/vmlinuz", "kernel/vmlinux", "kernel/config", "kernel/modules.alias",
 	"kernel/modules.builtin", "kernel/modules.builtin.modinfo", "kernel/modules/uio.ko",
-	"kernel/modules/uio_pci_generic.ko",
+	"kernel/modules/uio_pci_generic.ko", "rdma/guest-root/",
 }
 
 // fakeHarness lays out a harness directory with empty files.

@@ -25,17 +25,26 @@ const AgentServing = "agent serving on"
 // current module) into dir and packs it with the kernel's modules into
 // dir/initrd.cpio, whose path it returns.
 func (e *Env) BuildGuestImage(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "vstellar-guest")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, GuestProgram)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("realvm: building the guest program: %v\n%s", err, out)
+	bin, err := buildGuestProgram(ctx, dir)
+	if err != nil {
+		return "", err
 	}
 	initrd := filepath.Join(dir, "initrd.cpio")
 	if err := e.Initramfs(initrd, bin); err != nil {
 		return "", err
 	}
 	return initrd, nil
+}
+
+// buildGuestProgram builds the guest program (static) into dir.
+func buildGuestProgram(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "vstellar-guest")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, GuestProgram)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("realvm: building the guest program: %v\n%s", err, out)
+	}
+	return bin, nil
 }
 
 // GuestConfig is a VM on the named QEMU booting initrd (BuildGuestImage)

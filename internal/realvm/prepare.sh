@@ -11,8 +11,15 @@
 #   qemu-10.2.2-rdma/    QEMU 10.2.2 from Debian's source with qemu/0001-*.patch
 #                        (names virtio id 42), run through the sid root's loader
 #   kernel/              trixie's 6.12 vmlinuz (and vmlinux, its ELF payload for
-#                        a faster PVH boot), uio.ko, uio_pci_generic.ko,
+#                        a faster PVH boot), the modules of KERNEL_MODULES
+#                        (uio, virtio_net, ib_core, ib_uverbs, rdma_rxe...),
 #                        modules.alias, modules.builtin(.modinfo), config
+#   rdma/guest-root/     the guest's RDMA user space from sid (rdma-core,
+#                        ibverbs-utils, perftest, iproute2's rdma) with the
+#                        libraries they load and an ld.so.cache; the sid root
+#                        gets what builds vstellar.ko and libvstellar: gcc-14,
+#                        the guest kernel's headers (and sid's newest), and
+#                        rdma-core's source at RDMA_SRC
 #   manifest.json        what package realvm reads (Load, Require)
 #   stamps/, logs/       one cache key and one log per step
 #
@@ -20,7 +27,7 @@
 # lists, versions, the patch, configure flags, the keys of the steps it
 # builds on) and is redone only when the key changes or its outputs are
 # gone; --force STEP redoes one anyway (host, sid, qemu, kernel, standin,
-# manifest). A fresh machine takes about 10 min (most of it building QEMU),
+# rdma, manifest). A fresh machine takes about 10 min (most of it building QEMU),
 # a prepared one a few seconds. The host's apt sources are never changed:
 # trixie and sid are used only inside the sid root. Nothing stays mounted:
 # work inside the root runs in its own mount and pid namespaces.
@@ -51,7 +58,7 @@ while (($#)); do
 done
 [[ $(id -u) == 0 ]] || { echo "prepare.sh: must run as root" >&2; exit 1; }
 for f in "${FORCE[@]}"; do
-	[[ " host sid kernel qemu standin manifest " == *" $f "* ]] || { echo "prepare.sh: no step $f" >&2; exit 2; }
+	[[ " host sid kernel qemu standin rdma manifest " == *" $f "* ]] || { echo "prepare.sh: no step $f" >&2; exit 2; }
 done
 [[ $DIR == /* ]] || DIR=$PWD/$DIR
 
@@ -67,7 +74,14 @@ BUILD_DEPS="build-essential ninja-build meson pkg-config libglib2.0-dev libpixma
 CONFIGURE_FLAGS="--target-list=x86_64-softmmu --disable-docs --disable-werror --disable-sdl --disable-gtk --disable-vnc --disable-opengl --disable-virglrenderer --disable-spice --disable-xen --disable-capstone --disable-rust --enable-slirp --enable-fdt=system --disable-install-blobs --disable-download"
 KERNEL_SUITE=trixie
 KERNEL_META=linux-image-amd64
-KERNEL_MODULES="uio uio_pci_generic" # in load order
+# In load order: each after the modules it depends on.
+KERNEL_MODULES="uio uio_pci_generic failover net_failover virtio_net ib_core ib_uverbs udp_tunnel ip6_udp_tunnel rdma_rxe"
+# The guest's RDMA user space (sid) and what builds the driver and provider.
+RDMA_PACKAGES="rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev perftest iproute2"
+RDMA_BUILD_DEPS="build-essential gcc-14 cmake ninja-build pkgconf libnl-3-dev libnl-route-3-dev libudev-dev libsystemd-dev python3 linux-headers-amd64"
+# What goes into the guest (with every library they load).
+RDMA_GUEST_BINS="ibv_devices ibv_devinfo ibv_rc_pingpong ibv_srq_pingpong ib_write_bw ib_write_lat ib_send_bw ib_send_lat ib_read_bw ib_read_lat ib_atomic_bw ib_atomic_lat rdma ip sh cat ls dmesg sleep grep"
+RDMA_SRC=/srv/rdma-core
 # Stand-in ids to try, in order. Each must be named in stock QEMU's
 # virtio_device_names[] (probed below) and claimed by no driver of the
 # guest kernel: checked below against modules.alias and
@@ -359,6 +373,63 @@ step_standin() {
 	return 1
 }
 
+# stage_guest_root DIR: copies into DIR, inside the sid root, the programs
+# of RDMA_GUEST_BINS and rxe's provider with every library they load (at
+# the paths the loader resolved, symlinks followed) and an ld.so.cache for
+# that tree.
+stage_guest_root() {
+	local g=$1 f
+	rm -rf "$g"
+	mkdir -p "$g/etc/libibverbs.d"
+	for f in $RDMA_GUEST_BINS; do command -v "$f" >/dev/null || { echo "no $f in the root"; return 1; }; done
+	for f in $(for b in $RDMA_GUEST_BINS; do command -v "$b"; done) /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so; do
+		echo "$f"
+		ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/.*ld-linux/ { print $1 }'
+	done | sort -u | while read -r f; do
+		mkdir -p "$g${f%/*}"
+		cp -L "$f" "$g$f"
+	done
+	cp /etc/libibverbs.d/rxe.driver "$g/etc/libibverbs.d/"
+	cp -r /etc/ld.so.conf /etc/ld.so.conf.d "$g/etc/"
+	ldconfig -X -r "$g"
+}
+
+# 6. The guest's RDMA user space, and what builds vstellar.ko and
+# libvstellar in the sid root: the guest kernel's own headers (trixie is
+# pinned low there, so they are asked for by suite), sid's newest, and
+# rdma-core's source of exactly the installed version (a provider builds
+# only inside the tree of the libibverbs that loads it). Only the orig
+# tarball is fetched: the mirror may lack the Debian part, and a provider
+# build needs none of it.
+step_rdma() {
+	local kver out=$DIR/rdma
+	kver=$(<"$DIR/kernel/version")
+	rm -rf "$out.new"
+	mkdir -p "$out.new"
+	in_root "
+		apt-get update -qq
+		apt-get install -y -q --no-install-recommends $RDMA_PACKAGES $RDMA_BUILD_DEPS linux-headers-$kver/$KERNEL_SUITE
+		apt-get clean
+		ver=\$(dpkg-query -W -f='\${Version}' rdma-core)
+		rm -rf $RDMA_SRC && mkdir -p $RDMA_SRC && cd $RDMA_SRC
+		set -- \$(apt-get source -q --print-uris rdma-core=\$ver | grep \"orig\\.tar\")
+		/usr/lib/apt/apt-helper download-file \"\${1//\\'/}\" orig.tar \"\$4\"
+		mkdir src && tar -xf orig.tar -C src --strip-components=1 && rm orig.tar
+		grep -q \"set(PACKAGE_VERSION \\\"\${ver%%-*}\\\")\" src/CMakeLists.txt
+		RDMA_GUEST_BINS='$RDMA_GUEST_BINS'
+		$(declare -f stage_guest_root)
+		stage_guest_root /srv/guest-root
+		newest=\$(dpkg-query -W -f='\${Depends}' linux-headers-amd64 | grep -o 'linux-headers-[^ ,]*')
+		pabi=\$(sed -n 's/^set(IBVERBS_PABI_VERSION \"\\(.*\\)\")/\\1/p' src/CMakeLists.txt)
+		printf '%s\n' \"\$ver\" \"\$pabi\" \"\$(dpkg-query -W -f='\${Version}' perftest)\" \"/usr/src/linux-headers-$kver\" \"/usr/src/\$newest\" >/srv/guest-root.info
+	"
+	mv "$SID/srv/guest-root" "$out.new/guest-root"
+	mv "$SID/srv/guest-root.info" "$out.new/info"
+	rm -rf "$out"
+	mv "$out.new" "$out"
+	echo "rdma-core $(sed -n 1p "$out/info") (provider ABI $(sed -n 2p "$out/info")), perftest $(sed -n 3p "$out/info"), guest root $(du -sh "$out/guest-root" | cut -f1)"
+}
+
 # json STRING: STRING as a JSON string.
 json() {
 	local s=$1
@@ -387,7 +458,7 @@ qemu_json() {
 	EOF
 }
 
-# 6. The manifest package realvm reads.
+# 7. The manifest package realvm reads.
 step_manifest() {
 	local standin m first=1 mods="" keys="" n
 	standin=$(<"$DIR/standin-virtio-id")
@@ -397,7 +468,7 @@ step_manifest() {
 		mods+="{\"name\": $(json "$m"), \"path\": $(json "kernel/modules/$m.ko")}"
 	done
 	first=1
-	for n in host sid qemu kernel standin; do
+	for n in host sid qemu kernel standin rdma; do
 		((first)) || keys+=", "
 		first=0
 		keys+="$(json "$n"): $(json "${KEYS[$n]}")"
@@ -421,6 +492,15 @@ step_manifest() {
 		    "modules_builtin_modinfo": "kernel/modules.builtin.modinfo",
 		    "modules": [$mods]
 		  },
+		  "rdma": {
+		    "guest_root": "rdma/guest-root",
+		    "rdma_core": $(json "$(sed -n 1p "$DIR/rdma/info")"),
+		    "provider_abi": $(json "$(sed -n 2p "$DIR/rdma/info")"),
+		    "perftest": $(json "$(sed -n 3p "$DIR/rdma/info")"),
+		    "rdma_core_src": $(json "$RDMA_SRC/src"),
+		    "kernel_headers": $(json "$(sed -n 4p "$DIR/rdma/info")"),
+		    "newest_kernel_headers": $(json "$(sed -n 5p "$DIR/rdma/info")")
+		  },
 		  "standin_virtio_id": $standin,
 		  "keys": {$keys}
 		}
@@ -441,7 +521,10 @@ step qemu "$qemu_key" "$DIR/$QEMU_NAME/qemu-system-x86_64"
 standin_key=$(key "$sid_key" "$kernel_key" "$(declare -f step_standin claimed_by_kernel probe_virtio_id)" \
 	"$STANDIN_CANDIDATES")
 step standin "$standin_key" "$DIR/standin-virtio-id"
+rdma_key=$(key "$sid_key" "$kernel_key" "$(declare -f step_rdma stage_guest_root in_root)" "$RDMA_PACKAGES" \
+	"$RDMA_BUILD_DEPS" "$RDMA_GUEST_BINS" "$RDMA_SRC")
+step rdma "$rdma_key" "$DIR/rdma/guest-root" "$DIR/rdma/info"
 manifest_key=$(key "$(declare -f step_manifest qemu_json json)" "$host_key" "$sid_key" "$qemu_key" \
-	"$kernel_key" "$standin_key" "$KERNEL_MODULES")
+	"$kernel_key" "$standin_key" "$rdma_key" "$KERNEL_MODULES")
 step manifest "$manifest_key" "$DIR/manifest.json"
 printf '%-9s         %6.1fs  %s\n' total "$(elapsed "$TOTAL_START")" "$DIR"
