@@ -66,6 +66,9 @@ type RDMA struct {
 	// the sid root: rdma-core's source of the installed version, the
 	// guest kernel's headers and sid's newest kernel's.
 	RDMACoreSrc, KernelHeaders, NewestKernelHeaders string
+	// Checkpatch is the guest kernel's scripts/checkpatch.pl, inside the
+	// sid root.
+	Checkpatch string
 }
 
 // QEMU is one QEMU binary and how to run it: through the sid root's
@@ -139,6 +142,7 @@ type manifest struct {
 		RDMACoreSrc         string `json:"rdma_core_src"`
 		KernelHeaders       string `json:"kernel_headers"`
 		NewestKernelHeaders string `json:"newest_kernel_headers"`
+		Checkpatch          string `json:"checkpatch"`
 	} `json:"rdma"`
 	StandinVirtioID int               `json:"standin_virtio_id"`
 	Keys            map[string]string `json:"keys"`
@@ -239,6 +243,7 @@ func Load(dir string) (*Env, error) {
 	e.RDMA = RDMA{
 		GuestRoot: need(r.GuestRoot), RDMACore: r.RDMACore, ProviderABI: r.ProviderABI, Perftest: r.Perftest,
 		RDMACoreSrc: r.RDMACoreSrc, KernelHeaders: r.KernelHeaders, NewestKernelHeaders: r.NewestKernelHeaders,
+		Checkpatch: r.Checkpatch,
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("realvm: harness in %s is incomplete, missing %s (run prepare.sh again)", dir, strings.Join(missing, ", "))

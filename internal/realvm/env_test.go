@@ -51,7 +51,8 @@ const fakeManifest = `{
     "perftest": "25.01.0+0.80-1",
     "rdma_core_src": "/srv/rdma-core/src",
     "kernel_headers": "/usr/src/linux-headers-6.12.117+deb13-amd64",
-    "newest_kernel_headers": "/usr/src/linux-headers-7.2.13+deb14-amd64"
+    "newest_kernel_headers": "/usr/src/linux-headers-7.2.13+deb14-amd64",
+    "checkpatch": "/srv/checkpatch/scripts/checkpatch.pl"
   },
   "standin_virtio_id": 21,
   "keys": {"sid": "abc"}

@@ -19,7 +19,8 @@
 #                        libraries they load and an ld.so.cache; the sid root
 #                        gets what builds vstellar.ko and libvstellar: gcc-14,
 #                        the guest kernel's headers (and sid's newest), and
-#                        rdma-core's source at RDMA_SRC
+#                        rdma-core's source at RDMA_SRC, and the kernel's
+#                        checkpatch.pl at CHECKPATCH
 #   manifest.json        what package realvm reads (Load, Require)
 #   stamps/, logs/       one cache key and one log per step
 #
@@ -82,6 +83,7 @@ RDMA_BUILD_DEPS="build-essential gcc-14 cmake ninja-build pkgconf libnl-3-dev li
 # What goes into the guest (with every library they load).
 RDMA_GUEST_BINS="ibv_devices ibv_devinfo ibv_rc_pingpong ibv_srq_pingpong ib_write_bw ib_write_lat ib_send_bw ib_send_lat ib_read_bw ib_read_lat ib_atomic_bw ib_atomic_lat rdma ip sh cat ls dmesg sleep grep"
 RDMA_SRC=/srv/rdma-core
+CHECKPATCH=/srv/checkpatch
 # Stand-in ids to try, in order. Each must be named in stock QEMU's
 # virtio_device_names[] (probed below) and claimed by no driver of the
 # guest kernel: checked below against modules.alias and
@@ -407,6 +409,7 @@ step_rdma() {
 	rm -rf "$out.new"
 	mkdir -p "$out.new"
 	in_root "
+		kver=$kver
 		apt-get update -qq
 		apt-get install -y -q --no-install-recommends $RDMA_PACKAGES $RDMA_BUILD_DEPS linux-headers-$kver/$KERNEL_SUITE
 		apt-get clean
@@ -419,6 +422,15 @@ step_rdma() {
 		RDMA_GUEST_BINS='$RDMA_GUEST_BINS'
 		$(declare -f stage_guest_root)
 		stage_guest_root /srv/guest-root
+		# checkpatch.pl (and the files it reads) from the guest kernel's
+		# source: no package ships it alone.
+		rm -rf $CHECKPATCH && mkdir -p $CHECKPATCH && cd $CHECKPATCH
+		apt-get download -q linux-source-\${kver%.*}/$KERNEL_SUITE
+		dpkg-deb --fsys-tarfile linux-source-*.deb | tar -xO --wildcards '*/linux-source-*.tar.xz' |
+			tar -xJ --strip-components=1 --wildcards '*/scripts/checkpatch.pl' '*/scripts/spelling.txt' '*/scripts/const_structs.checkpatch'
+		rm linux-source-*.deb
+		test -x scripts/checkpatch.pl
+		cd $RDMA_SRC
 		newest=\$(dpkg-query -W -f='\${Depends}' linux-headers-amd64 | grep -o 'linux-headers-[^ ,]*')
 		pabi=\$(sed -n 's/^set(IBVERBS_PABI_VERSION \"\\(.*\\)\")/\\1/p' src/CMakeLists.txt)
 		printf '%s\n' \"\$ver\" \"\$pabi\" \"\$(dpkg-query -W -f='\${Version}' perftest)\" \"/usr/src/linux-headers-$kver\" \"/usr/src/\$newest\" >/srv/guest-root.info
@@ -499,7 +511,8 @@ step_manifest() {
 		    "perftest": $(json "$(sed -n 3p "$DIR/rdma/info")"),
 		    "rdma_core_src": $(json "$RDMA_SRC/src"),
 		    "kernel_headers": $(json "$(sed -n 4p "$DIR/rdma/info")"),
-		    "newest_kernel_headers": $(json "$(sed -n 5p "$DIR/rdma/info")")
+		    "newest_kernel_headers": $(json "$(sed -n 5p "$DIR/rdma/info")"),
+		    "checkpatch": $(json "$CHECKPATCH/scripts/checkpatch.pl")
 		  },
 		  "standin_virtio_id": $standin,
 		  "keys": {$keys}
@@ -522,7 +535,7 @@ standin_key=$(key "$sid_key" "$kernel_key" "$(declare -f step_standin claimed_by
 	"$STANDIN_CANDIDATES")
 step standin "$standin_key" "$DIR/standin-virtio-id"
 rdma_key=$(key "$sid_key" "$kernel_key" "$(declare -f step_rdma stage_guest_root in_root)" "$RDMA_PACKAGES" \
-	"$RDMA_BUILD_DEPS" "$RDMA_GUEST_BINS" "$RDMA_SRC")
+	"$RDMA_BUILD_DEPS" "$RDMA_GUEST_BINS" "$RDMA_SRC" "$CHECKPATCH")
 step rdma "$rdma_key" "$DIR/rdma/guest-root" "$DIR/rdma/info"
 manifest_key=$(key "$(declare -f step_manifest qemu_json json)" "$host_key" "$sid_key" "$qemu_key" \
 	"$kernel_key" "$standin_key" "$rdma_key" "$KERNEL_MODULES")

@@ -23,12 +23,15 @@ type RDMABuild struct {
 	Module     string // vstellar.ko
 	Provider   string // libvstellar-rdmav<N>.so
 	DriverFile string // vstellar.driver, for /etc/libibverbs.d
+	// Tools are the test programs of guest-driver/tools, built against
+	// libibverbs, for the guest's /usr/bin.
+	Tools []string
 	// Cached says the build came from the harness's cache.
 	Cached bool
 }
 
 // rdmaSources are the repository's directories the build reads.
-var rdmaSources = []string{"guest-driver/include", "guest-driver/linux", "guest-driver/rdma-core"}
+var rdmaSources = []string{"guest-driver/include", "guest-driver/linux", "guest-driver/rdma-core", "guest-driver/tools"}
 
 // BuildRDMA builds vstellar.ko and libvstellar from the repository at
 // repo inside the sid root (build-rdma.sh), or takes them from the
@@ -44,6 +47,9 @@ func (e *Env) BuildRDMA(ctx context.Context, repo string) (RDMABuild, error) {
 	h.Write(script)
 	for _, d := range rdmaSources {
 		err := filepath.WalkDir(filepath.Join(repo, d), func(p string, de fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) && p == filepath.Join(repo, d) {
+				return nil // no test programs
+			}
 			if err != nil || !de.Type().IsRegular() {
 				return err
 			}
@@ -99,13 +105,37 @@ func (e *Env) BuildRDMA(ctx context.Context, repo string) (RDMABuild, error) {
 	return b, nil
 }
 
-func (b RDMABuild) complete() bool {
+// complete says whether the build's files exist, and finds its tools.
+func (b *RDMABuild) complete() bool {
 	for _, p := range []string{b.Module, b.Provider, b.DriverFile} {
 		if _, err := os.Stat(p); err != nil {
 			return false
 		}
 	}
+	b.Tools, _ = filepath.Glob(filepath.Join(filepath.Dir(b.Module), "bin", "*"))
 	return true
+}
+
+// InRoot runs the bash script in the sid root (chrooted, in private
+// mount and pid namespaces, so nothing stays mounted or running) with the
+// directory src bind-mounted read-only at /srv/src, and returns its
+// combined output. It needs root.
+func (e *Env) InRoot(ctx context.Context, src, script string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child", "--",
+		"/bin/bash", "-euo", "pipefail", "-c", `
+			r=$1
+			mount -t proc proc "$r/proc"
+			mount --rbind /dev "$r/dev"
+			mount -t sysfs sysfs "$r/sys"
+			mkdir -p "$r/srv/src"
+			mount --bind -o ro "$2" "$r/srv/src"
+			exec chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 /bin/bash -euo pipefail -c "$3"`,
+		"inroot", e.SidRoot, src, script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("realvm: in the sid root: %w", err)
+	}
+	return out, nil
 }
 
 // RepoRoot is the root of the repository holding the working directory
@@ -129,7 +159,17 @@ func RepoRoot() (string, error) {
 
 // execModules are the modules an exec-mode guest loads, in order: the NIC
 // for the tools' TCP, the RDMA core, rxe (the comparison) and the driver.
-var execModules = []string{"failover", "net_failover", "virtio_net", "ib_core", "ib_uverbs", "udp_tunnel", "ip6_udp_tunnel", "rdma_rxe", "vstellar"}
+var execModules = []string{"failover", "net_failover", "virtio_net", "ib_core", "ib_uverbs", "udp_tunnel", "ip6_udp_tunnel", "crc32_generic", "rdma_rxe", "vstellar"}
+
+// execExtraModules are modules of the guest kernel that exec-mode guests
+// load beyond the harness's extracted ones, by path in the kernel's module
+// tree. rxe (6.12) takes the crypto API's "crc32" for its ICRC when a
+// device is added; with no modprobe in the guest nothing loads
+// crc32_generic on demand, and `rdma link add rxe0 type rxe` fails with
+// ENOENT and no message. They come from the sid root, which has the guest
+// kernel's image package installed (its headers depend on it); the guest
+// loads them compressed.
+var execExtraModules = []string{"kernel/crypto/crc32_generic.ko.xz"}
 
 // BuildExecImage builds the guest program and packs it (as /init, mode
 // exec) into dir/initrd-exec.cpio, whose path it returns, with the
@@ -147,6 +187,16 @@ func (e *Env) BuildExecImage(ctx context.Context, dir string, b RDMABuild) (stri
 		{Name: "usr/lib/x86_64-linux-gnu/libibverbs/" + filepath.Base(b.Provider), Source: b.Provider},
 		{Name: "etc/libibverbs.d/vstellar.driver", Source: b.DriverFile},
 		{Name: "tmp", Mode: fs.ModeDir | 0o1777},
+	}
+	for _, m := range execExtraModules {
+		p := filepath.Join(e.SidRoot, "usr/lib/modules", e.Kernel.Version, m)
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("realvm: a module of the guest kernel for rxe: %w (is linux-image-%s installed in the sid root?)", err, e.Kernel.Version)
+		}
+		files = append(files, File{Name: "lib/modules/" + filepath.Base(m), Source: p})
+	}
+	for _, p := range b.Tools {
+		files = append(files, File{Name: "usr/bin/" + filepath.Base(p), Source: p, Mode: 0o755})
 	}
 	root := e.RDMA.GuestRoot
 	err = filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
@@ -208,6 +258,8 @@ func LinkArgs(path string, listen bool, mac string) []string {
 type ExecGuest struct {
 	VM   *VM
 	Exec *guestexec.Client
+	// Addr is its IPv4 address on its link, if BootExecPair set it.
+	Addr string
 	// Ready is from QEMU's start to the first answer.
 	Ready time.Duration
 }
@@ -226,6 +278,40 @@ func BootExecGuest(ctx context.Context, cfg Config) (*ExecGuest, error) {
 		return nil, err
 	}
 	return &ExecGuest{VM: vm, Exec: c, Ready: time.Since(vm.Started())}, nil
+}
+
+// PairAddrs are the addresses of BootExecPair's guests on their link.
+var PairAddrs = [2]string{"10.0.0.1", "10.0.0.2"}
+
+// BootExecPair boots two exec-mode VMs on qemu (ExecGuestConfig), the
+// first with devs[0] at PairAddrs[0], the second with devs[1] at
+// PairAddrs[1], joined by a virtio-net link through a socket in dir.
+// adjust, if set, changes each configuration before its VM starts. The
+// VMs live until ctx ends or they are closed; on error none is left.
+func (e *Env) BootExecPair(ctx context.Context, qemu, initrd, dir string, devs [2]hotplug.Spec, adjust func(i int, cfg *Config)) ([2]*ExecGuest, error) {
+	var gs [2]*ExecGuest
+	link := filepath.Join(dir, "link.sock")
+	for i := range gs {
+		cfg, err := e.ExecGuestConfig(qemu, initrd, PairAddrs[i]+"/24", devs[i])
+		if err != nil {
+			return gs, err
+		}
+		cfg.Args = append(cfg.Args, LinkArgs(link, i == 0, fmt.Sprintf("52:54:00:00:00:%02x", i+1))...)
+		if adjust != nil {
+			adjust(i, &cfg)
+		}
+		g, err := BootExecGuest(ctx, cfg)
+		if err != nil {
+			if i == 1 {
+				gs[0].VM.Kill()
+				gs[0].VM.Wait()
+			}
+			return [2]*ExecGuest{}, fmt.Errorf("VM %d: %w", i+1, err)
+		}
+		g.Addr = PairAddrs[i]
+		gs[i] = g
+	}
+	return gs, nil
 }
 
 // Run runs a program in the guest (see guestexec.RunArgs).

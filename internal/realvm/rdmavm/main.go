@@ -90,30 +90,26 @@ func run(ctx context.Context, qemu string, timeout time.Duration, console bool, 
 		return err
 	}
 	defer h.Close()
-	guests := map[string]*realvm.ExecGuest{}
-	link := filepath.Join(dir, "link.sock")
+	var devs [2]hotplug.Spec
 	for i, name := range []string{"a", "b"} {
-		sock, err := h.CreateDevice(ctx, name, hostsim.VMOptions{})
-		if err != nil {
+		if devs[i].Socket, err = h.CreateDevice(ctx, name, hostsim.VMOptions{}); err != nil {
 			return err
 		}
-		cfg, err := env.ExecGuestConfig(qemu, initrd, fmt.Sprintf("10.0.0.%d/24", i+1), hotplug.Spec{Socket: sock})
-		if err != nil {
-			return err
-		}
-		cfg.Args = realvm.LinkArgs(link, i == 0, fmt.Sprintf("52:54:00:00:00:%02x", i+1))
-		g, err := realvm.BootExecGuest(ctx, cfg)
-		if err != nil {
-			return fmt.Errorf("VM %s: %w", name, err)
-		}
+	}
+	pair, err := env.BootExecPair(ctx, qemu, initrd, dir, devs, nil)
+	if err != nil {
+		return err
+	}
+	guests := map[string]*realvm.ExecGuest{"a": pair[0], "b": pair[1]}
+	for _, name := range []string{"a", "b"} {
+		g := guests[name]
+		fmt.Printf("== VM %s (%s) ready in %v\n", name, g.Addr, g.Ready.Round(time.Millisecond))
 		defer func() {
 			if console {
 				fmt.Printf("== console of %s\n%s\n", name, g.VM.Log())
 			}
 			g.Close(context.Background())
 		}()
-		fmt.Printf("== VM %s ready in %v\n", name, g.Ready.Round(time.Millisecond))
-		guests[name] = g
 	}
 	var bg sync.WaitGroup
 	defer bg.Wait()
