@@ -44,6 +44,7 @@ type options struct {
 	verbose bool
 	json    bool
 	realVM  bool
+	tools   bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -57,6 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.verbose, "v", false, "log the daemon's and the VMM's events")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
 	fs.BoolVar(&o.realVM, "real-vm", false, "run the verbs between two real VMs (QEMU, a Linux guest) under each QEMU that internal/realvm/prepare.sh prepared; needs root")
+	fs.BoolVar(&o.tools, "rdma-tools", false, "with --real-vm: build vstellar.ko and libvstellar and run ibv_rc_pingpong and ib_write_bw, unmodified, between the two VMs")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -67,8 +69,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	o.memSize = uint64(memGiB*(1<<30)) &^ (1<<21 - 1)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if o.tools && !o.realVM {
+		fmt.Fprintln(stderr, "vstellar-demo: --rdma-tools needs --real-vm")
+		return 2
+	}
 	if o.realVM {
-		if err := runRealVMs(ctx, o, stdout, stderr); err != nil {
+		runVMs := runRealVMs
+		if o.tools {
+			runVMs = runRealVMTools
+		}
+		if err := runVMs(ctx, o, stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "vstellar-demo: %v\n", err)
 			return 1
 		}

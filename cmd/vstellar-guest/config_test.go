@@ -78,3 +78,16 @@ func TestConsoleLines(t *testing.T) {
 		t.Errorf("console output %q", b.String())
 	}
 }
+
+func TestModuleParams(t *testing.T) {
+	line := "console=ttyS0 vstellar.mode=exec vstellar.ip=10.0.0.1/24 vstellar.virtio_id=21 vstellar.cmd_timeout_ms=5000 ib_core.x=1 vstellarx.y=2"
+	if got := moduleParams(line, "vstellar"); got != "virtio_id=21 cmd_timeout_ms=5000" {
+		t.Errorf("vstellar: %q", got)
+	}
+	if got := moduleParams(line, "ib_core"); got != "x=1" {
+		t.Errorf("ib_core: %q", got)
+	}
+	if got := moduleParams(line, "uio"); got != "" {
+		t.Errorf("uio: %q", got)
+	}
+}

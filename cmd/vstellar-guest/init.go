@@ -46,8 +46,10 @@ func asInit(start time.Duration) int {
 		con.printf("init: %v", err)
 		return 1
 	}
+	cmdline, _ := os.ReadFile("/proc/cmdline")
 	for _, m := range modulesToLoad() {
-		switch how, err := loadModule(m.name, m.params); {
+		params := strings.TrimSpace(m.params + " " + moduleParams(string(cmdline), m.name))
+		switch how, err := loadModule(m.name, params); {
 		case err != nil:
 			con.printf("init: module %s: %v", m.name, err)
 		default:
@@ -98,6 +100,32 @@ func modulesToLoad() []module {
 		}
 	}
 	return mods
+}
+
+// moduleParams returns the parameters the kernel command line gives
+// module name ("vstellar.virtio_id=21" gives "virtio_id=21"). The kernel
+// applies such parameters only to built-in code; for a loadable module
+// the loader (modprobe, here this program) passes them. The guest
+// program's own vstellar.* parameters are not the module's.
+func moduleParams(cmdline, name string) string {
+	var params []string
+	for _, f := range strings.Fields(cmdline) {
+		k, ok := strings.CutPrefix(f, name+".")
+		if !ok {
+			continue
+		}
+		if key, _, _ := strings.Cut(k, "="); name == "vstellar" && programParams[key] {
+			continue
+		}
+		params = append(params, k)
+	}
+	return strings.Join(params, " ")
+}
+
+// programParams are the vstellar.* kernel parameters parseCmdline reads.
+var programParams = map[string]bool{
+	"mode": true, "devid": true, "addr": true, "tty": true, "poll": true,
+	"handback": true, "wait": true, "timeout": true, "ip": true,
 }
 
 // loadModule loads the module name from the first file under

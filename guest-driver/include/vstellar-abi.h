@@ -10,6 +10,9 @@
  * requires) and hands user space an mmap key for it; the provider maps the
  * rings, the doorbell region and the wake-up register and then posts and
  * polls without a system call.
+ *
+ * The create responses are *_uresp: vstellar-dev.h has the device's
+ * CREATE_CQ and CREATE_QP responses under the plain names.
  */
 #ifndef VSTELLAR_ABI_USER_H
 #define VSTELLAR_ABI_USER_H
@@ -51,16 +54,16 @@ struct vstellar_alloc_ucontext_resp {
 	__u32 reserved1;
 };
 
-struct vstellar_create_cq_resp {
+struct vstellar_create_cq_uresp {
 	__u32 cqn;
-	__u32 entries;			/* ring slots, a power of two (>= cqe + 1) */
+	__u32 entries;			/* ring slots: the CQ's cqe, a power of two */
 	__u32 doorbell_index;		/* record index in the doorbell region */
 	__u32 reserved;
 	__aligned_u64 ring_mmap_key;	/* entries x 32-byte CQEs */
 	__aligned_u64 ring_mmap_len;
 };
 
-struct vstellar_create_qp_resp {
+struct vstellar_create_qp_uresp {
 	__u32 qpn;
 	__u32 doorbell_index;
 	__u32 sq_size;			/* slots, a power of two */

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/hotplug"
+	"github.com/vstellar/vstellar/internal/realvm"
+)
+
+// toolRun is one unmodified program pair's outcome.
+type toolRun struct {
+	QEMU    string  `json:"qemu"`
+	Command string  `json:"command"`
+	Result  string  `json:"result"` // the client's result line
+	Value   float64 `json:"value,omitempty"`
+	Unit    string  `json:"unit,omitempty"`
+}
+
+// runRealVMTools is --real-vm --rdma-tools: it builds vstellar.ko and
+// libvstellar, boots two real VMs whose kernel drives the device under
+// each QEMU the harness prepared, and runs ibv_rc_pingpong and
+// ib_write_bw between them, unmodified, over libibverbs.
+func runRealVMTools(ctx context.Context, o options, stdout, stderr io.Writer) error {
+	env, err := realvm.Load(realvm.HarnessDir())
+	if err != nil {
+		return fmt.Errorf("%w (prepare it with: %s)", err, realvm.PrepareCommand)
+	}
+	out := stdout
+	if o.json {
+		out = io.Discard
+	}
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	repo, err := realvm.RepoRoot()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "building vstellar.ko (kernel %s) and libvstellar (rdma-core %s)\n", env.Kernel.Version, env.RDMA.RDMACore)
+	b, err := env.BuildRDMA(ctx, repo)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "vstellar-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	initrd, err := env.BuildExecImage(ctx, dir, b)
+	if err != nil {
+		return err
+	}
+	var runs []toolRun
+	for _, q := range env.QEMUNames() {
+		r, err := toolPair(ctx, env, q, initrd, dir, log, out)
+		runs = append(runs, r...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	if o.json {
+		j, _ := json.MarshalIndent(runs, "", "  ")
+		fmt.Fprintln(stdout, string(j))
+	}
+	return nil
+}
+
+func toolPair(ctx context.Context, env *realvm.Env, qemu, initrd, dir string, log *slog.Logger, out io.Writer) ([]toolRun, error) {
+	q, err := env.QEMU(qemu)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "\n%s (%s), guest kernel %s, accel tcg\n", qemu, q.Version, env.Kernel.Version)
+	host, err := hostsim.New(ctx, hostsim.Options{Log: log})
+	if err != nil {
+		return nil, err
+	}
+	defer host.Close()
+	var devs [2]hotplug.Spec
+	for i, name := range []string{"vm1", "vm2"} {
+		if devs[i].Socket, err = host.CreateDevice(ctx, name, hostsim.VMOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	vmDir, err := os.MkdirTemp(dir, qemu+"-")
+	if err != nil {
+		return nil, err
+	}
+	gs, err := env.BootExecPair(ctx, qemu, initrd, vmDir, devs, func(i int, cfg *realvm.Config) {
+		cfg.Logger = log.With("vm", fmt.Sprintf("vm%d", i+1))
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, g := range gs {
+			g.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	for i, g := range gs {
+		fmt.Fprintf(out, "  vm%d: %s, kernel driver up, answering %.0f ms after QEMU start\n", i+1, g.Addr, ms(g.Ready))
+	}
+	var runs []toolRun
+	for _, cmd := range []string{
+		"ibv_rc_pingpong -d vstellar0 -g 0 -n 100",
+		"ib_write_bw -d vstellar0 -x 0 -s 65536 -n 200",
+	} {
+		s, c, err := realvm.ServerClient(ctx, gs[0], gs[1], cmd, cmd, 2*time.Minute)
+		if err == nil {
+			err = s.Err()
+		}
+		if err == nil {
+			err = c.Err()
+		}
+		if err != nil {
+			return runs, fmt.Errorf("%s: %w\nserver:\n%s\nclient:\n%s", cmd, err, s.Output(), c.Output())
+		}
+		r := toolRun{QEMU: qemu, Command: cmd}
+		if row, err := realvm.PerftestRow(c.Stdout); err == nil && len(row) >= 4 {
+			r.Value, r.Unit = row[3], "MB/s"
+			r.Result = fmt.Sprintf("%.0f bytes x %.0f: %.2f MB/s average", row[0], row[1], row[3])
+		} else {
+			r.Result = lastLine(c.Output())
+		}
+		fmt.Fprintf(out, "  %s\n    %s\n", cmd, r.Result)
+		runs = append(runs, r)
+	}
+	return runs, nil
+}
+
+func lastLine(s string) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	return l[len(l)-1]
+}
