@@ -34,11 +34,11 @@ func (e *Engine) flushQP(q *qp) (work bool) {
 			cqe = abi.CQE{WRID: w.WRID, Opcode: abi.WCOpcodeFor(w.Opcode)}
 		}
 		cqe.Status, cqe.QPN = abi.WCWRFlushErr, q.qpn
-		e.push(q, q.scq, &cqe, false)
 		q.setHead(false)
 		q.waitUntil = 0
 		q.sqCons++
 		q.rec.StoreUint32Release(abi.QPDoorbellOffSQCons, q.sqCons)
+		e.push(q, q.scq, &cqe, false)
 		work = true
 	}
 	if e.flushRQ(q) {
@@ -61,9 +61,9 @@ func (e *Engine) flushRQ(q *qp) (work bool) {
 		copyEntry(q.rbuf, q.rq, q.rqCons, q.rqSize, q.rqStride)
 		w, _ := abi.DecodeRecvWQE(q.rbuf, q.maxRecvSGE)
 		cqe := abi.CQE{WRID: w.WRID, Status: abi.WCWRFlushErr, Opcode: abi.WCRecv, QPN: q.qpn}
-		e.push(q, q.rcq, &cqe, false)
 		q.rqCons++
 		q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
+		e.push(q, q.rcq, &cqe, false)
 		work = true
 	}
 	return work

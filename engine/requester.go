@@ -281,19 +281,23 @@ func (e *Engine) finish(q *qp, o fabric.Outcome) {
 	}
 }
 
-// retire completes the head WQE with status st: a CQE if it failed or was
-// signalled (or the QP signals all), then sq_cons moves past it. A failed
-// WQE moves the QP to ERR, and the rest of the queue is flushed later.
+// retire completes the head WQE with status st: sq_cons moves past it,
+// then a CQE if it failed or was signalled (or the QP signals all). In
+// that order, so that a driver that reposts as soon as it polls the
+// completion finds the slot free (the WQE was copied out long before). A
+// failed WQE moves the QP to ERR, and the rest of the queue is flushed
+// later.
 func (e *Engine) retire(q *qp, st abi.WCStatus, byteLen uint32) {
 	w := &q.wqe
-	if st != abi.WCSuccess || w.Flags&abi.SendSignaled != 0 || q.sigAll {
-		cqe := abi.CQE{WRID: w.WRID, Status: st, Opcode: abi.WCOpcodeFor(w.Opcode), ByteLen: byteLen, QPN: q.qpn}
-		e.push(q, q.scq, &cqe, false)
-	}
+	signal := st != abi.WCSuccess || w.Flags&abi.SendSignaled != 0 || q.sigAll
+	cqe := abi.CQE{WRID: w.WRID, Status: st, Opcode: abi.WCOpcodeFor(w.Opcode), ByteLen: byteLen, QPN: q.qpn}
 	q.setHead(false)
 	q.waitUntil = 0
 	q.sqCons++
 	q.rec.StoreUint32Release(abi.QPDoorbellOffSQCons, q.sqCons)
+	if signal {
+		e.push(q, q.scq, &cqe, false)
+	}
 	if st != abi.WCSuccess {
 		e.qpFailed(q, st)
 	}

@@ -200,12 +200,13 @@ func (e *Engine) takeRecv(q *qp) (abi.RecvWQE, fabric.Outcome, bool) {
 }
 
 // completeRecv consumes the receive WQE at rq_cons with a successful CQE
-// for a request from srcQPN. Caller holds rmu.
+// for a request from srcQPN: rq_cons first, as retire does. Caller holds
+// rmu.
 func (e *Engine) completeRecv(q *qp, cqe *abi.CQE, srcQPN uint32, solicited bool) {
 	cqe.QPN, cqe.SrcQP = q.qpn, srcQPN
-	e.push(q, q.rcq, cqe, solicited)
 	q.rqCons++
 	q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
+	e.push(q, q.rcq, cqe, solicited)
 }
 
 // failRecv consumes the receive WQE at rq_cons with an error CQE and moves
@@ -215,9 +216,9 @@ func (e *Engine) failRecv(q *qp, wrid uint64, st abi.WCStatus, req *fabric.Reque
 	if req != nil {
 		cqe.SrcQP = req.Src.QPN
 	}
-	e.push(q, q.rcq, &cqe, true)
 	q.rqCons++
 	q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
+	e.push(q, q.rcq, &cqe, true)
 	e.qpFailed(q, st)
 }
 
