@@ -42,7 +42,7 @@ func TestDemo(t *testing.T) {
 
 func TestDemoRejectsBadFlags(t *testing.T) {
 	var out, errOut strings.Builder
-	for _, args := range [][]string{{"--vms", "0"}, {"--mem", "-1"}, {"--bogus"}} {
+	for _, args := range [][]string{{"--vms", "0"}, {"--mem", "-1"}, {"--bogus"}, {"--rdma-tools"}} {
 		if code := run(args, &out, &errOut); code != 2 {
 			t.Errorf("%v: exit %d", args, code)
 		}
@@ -53,10 +53,14 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 func TestRealVMNeedsTheHarness(t *testing.T) {
 	t.Setenv("VSTELLAR_REALVM_DIR", t.TempDir())
 	var out, errOut strings.Builder
-	if code := run([]string{"--real-vm"}, &out, &errOut); code != 1 {
-		t.Fatalf("exit %d, want 1: %s", code, errOut.String())
-	}
-	if msg := errOut.String(); !strings.Contains(msg, "prepare.sh") || strings.Count(msg, "\n") != 1 {
-		t.Errorf("message %q: want one line naming prepare.sh", msg)
+	for _, args := range [][]string{{"--real-vm"}, {"--real-vm", "--rdma-tools"}} {
+		out.Reset()
+		errOut.Reset()
+		if code := run(args, &out, &errOut); code != 1 {
+			t.Fatalf("%v: exit %d, want 1: %s", args, code, errOut.String())
+		}
+		if msg := errOut.String(); !strings.Contains(msg, "prepare.sh") || strings.Count(msg, "\n") != 1 {
+			t.Errorf("%v: message %q: want one line naming prepare.sh", args, msg)
+		}
 	}
 }
