@@ -55,10 +55,16 @@ type Config struct {
 	// SendLater: our stream has no PSN and token yet (an RC QP in RTR
 	// knows its peer's stream, rq_psn, but not yet its own, sq_psn, which
 	// comes at RTS). The connection takes the peer's messages and
-	// acknowledges them, but Post fails and nothing of ours leaves (a
-	// response waits) until StartSend. SendPSN and RemoteToken are
-	// ignored.
+	// acknowledges them, but Post fails and nothing of ours leaves until
+	// StartSend. SendPSN and RemoteToken are ignored.
 	SendLater bool
+	// StreamToken, with SendLater, is our stream's token if it starts
+	// at psn. With it, the peer's first READ or atomic (whose response
+	// needs our stream) starts our stream before StartSend, at the psn
+	// the request names (wire.Data.RespPSN: the peer's RecvPSN) and with
+	// StreamToken of it: an RC QP in RTR answers at once, as on IB.
+	// Without it, a response waits for StartSend.
+	StreamToken func(psn uint32) uint64
 
 	// MaxPayload is the payload bytes per packet (MTU minus IP, UDP and
 	// the transport's headers; see docs/wire.md). Default 1392 (MTU 1500).

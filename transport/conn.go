@@ -21,8 +21,10 @@ type Conn struct {
 	hdr    wire.Header // scratch for Transmit
 
 	// sending: our stream has its PSN and token (not SendLater, or
-	// StartSend was called).
+	// StartSend was called, or early). early: a response to the peer
+	// started it (Config.StreamToken), and StartSend has not come yet.
 	sending bool
+	early   bool
 	// gate is the sink's, if it has one. lastResp is the msn of the
 	// newest READ response that reads from the sink, while responding
 	// (until every message up to it completed); busyAt is when to try
@@ -90,13 +92,34 @@ func NewConn(cfg Config, sink Sink) (*Conn, error) {
 
 // StartSend gives a SendLater connection's stream its first PSN and its
 // token (an RC QP's sq_psn, at RTS): from then on it posts and sends.
-// It fails on a connection whose stream has started.
+// If a response to the peer started the stream already (early), with
+// this psn and token, it only lets Post in. It fails on a connection
+// whose stream has started otherwise; an early stream then keeps its
+// start.
 func (c *Conn) StartSend(psn uint32, token uint64) error {
-	if c.sending {
+	switch {
+	case c.early && psn == c.cfg.SendPSN && token == c.cfg.RemoteToken:
+		c.early = false
+		return nil
+	case c.early:
+		c.early = false
+		return fmt.Errorf("transport: send stream started at psn %#x by a response, not %#x: %w", c.cfg.SendPSN, psn, ErrConfig)
+	case c.sending:
 		return fmt.Errorf("transport: send stream started already: %w", ErrConfig)
 	}
 	c.startSend(psn, token)
 	return nil
+}
+
+// startForResponse starts our stream, if it has not started and
+// Config.StreamToken allows, for a response to the peer's request,
+// at respPSN: the request's resp_psn, where the peer expects it.
+func (c *Conn) startForResponse(respPSN uint32) {
+	if c.sending || c.cfg.StreamToken == nil {
+		return
+	}
+	c.startSend(respPSN, c.cfg.StreamToken(respPSN))
+	c.early = true
 }
 
 // startSend starts our stream at psn. Nothing of it has been sent (a
@@ -124,7 +147,7 @@ func (c *Conn) Post(m Message) (uint32, error) {
 	if c.failed {
 		return 0, ErrClosed
 	}
-	if !c.sending {
+	if !c.sending || c.early {
 		return 0, ErrNotStarted
 	}
 	if err := m.validate(); err != nil {

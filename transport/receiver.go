@@ -15,6 +15,7 @@ type inMsg struct {
 	begun   bool     // Begin accepted it
 	refused wire.NAK // Begin refused it for good
 	placed  uint64   // bytes placed
+	respPSN uint32   // READ_REQ, atomics: where the peer expects our stream to start
 }
 
 // receiver is the receiving half: the reordering window, placement,
@@ -139,8 +140,8 @@ func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
 	m := &r.msgs[d.MSN%maxMessages]
 	if !m.valid {
 		*m = inMsg{valid: true, Inbound: Inbound{MSN: d.MSN, SSN: d.SSN, Op: d.Op, Len: d.MsgLen, RAddr: d.RAddr,
-			RKey: d.RKey, Imm: d.Imm, Solicited: p.Flags&wire.FlagSolicited != 0}}
-	} else if m.MSN != d.MSN || m.Op != d.Op || m.Len != d.MsgLen || m.RAddr != d.RAddr || m.RKey != d.RKey || m.Imm != d.Imm || m.SSN != d.SSN {
+			RKey: d.RKey, Imm: d.Imm, Solicited: p.Flags&wire.FlagSolicited != 0}, respPSN: d.RespPSN}
+	} else if m.MSN != d.MSN || m.Op != d.Op || m.Len != d.MsgLen || m.RAddr != d.RAddr || m.RKey != d.RKey || m.Imm != d.Imm || m.SSN != d.SSN || m.respPSN != d.RespPSN {
 		c.st.Invalid++
 		return fmt.Errorf("msn %d: packet %d disagrees with the message: %w", d.MSN, p.PSN, ErrInvalid)
 	}
@@ -277,6 +278,9 @@ func (r *receiver) commitReady(c *Conn, now int64) {
 			// Refused after all: the line stops here, as after Begin.
 			m.begun, m.refused = false, nak
 			return
+		}
+		if awaitsResponse(m.Op) {
+			c.startForResponse(m.respPSN)
 		}
 		switch m.Op {
 		case wire.OpReadReq:

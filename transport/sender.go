@@ -356,8 +356,12 @@ func (s *sender) send(c *Conn, now int64, psn uint32, buf []byte, retx bool) ([]
 	}
 	d := wire.Data{Op: m.Op, MSN: m.msn, Offset: p.off, MsgLen: m.Len}
 	switch m.Op {
-	case wire.OpWrite, wire.OpReadReq, wire.OpCmpSwap, wire.OpFetchAdd:
+	case wire.OpWrite:
 		d.RKey, d.RAddr = m.RKey, m.RAddr
+	case wire.OpReadReq, wire.OpCmpSwap, wire.OpFetchAdd:
+		// Where the response's stream starts if it is the peer's first
+		// packet (Config.StreamToken).
+		d.RKey, d.RAddr, d.RespPSN = m.RKey, m.RAddr, s.cfg.RecvPSN
 	case wire.OpReadResp, wire.OpAtomicResp:
 		d.RAddr = m.RAddr // the request's msn
 	case wire.OpWriteImm:

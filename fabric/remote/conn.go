@@ -20,7 +20,9 @@ type conn struct {
 	id            uint32 // the endpoint's: what the peer addresses us as
 
 	// Where the two packet streams started: the peer's at rq_psn; ours at
-	// sq_psn once sending (from RTS). Under Fabric.cmu.
+	// sq_psn once sending (from RTS; a response to the peer's READ or
+	// atomic may have started the transport's stream before, at the
+	// peer's rq_psn, which sq_psn should equal). Under Fabric.cmu.
 	rqPSN, sqPSN uint32
 	sending      bool
 

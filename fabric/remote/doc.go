@@ -6,7 +6,10 @@
 //
 // A QP's connection is made when the engine calls Connect at RTR, and
 // takes the peer's packet stream from the QP's rq_psn on; at RTS the
-// QP's own stream starts at its sq_psn, with its retry limits. Connection
+// QP's own stream starts at its sq_psn, with its retry limits (or
+// earlier, in RTR, where the peer's first READ or atomic says: the
+// response starts it at the peer's rq_psn, which the request carries,
+// so a QP that stays in RTR still answers). Connection
 // ids and tokens are derived, not negotiated: ConnIdentity, an HMAC of
 // the tenant, both QP addresses and (for a stream's token) the stream's
 // first PSN under the cluster secret, gives both hosts the same values

@@ -243,8 +243,9 @@ func (f *Fabric) unregister(gid abi.GID, unreg func()) {
 // Connect implements fabric.Connector. The first call for a QP (at RTR)
 // makes its transport connection, which takes the peer's stream from the
 // QP's rq_psn on; the second (at RTS, Send set) starts the QP's own
-// stream at its sq_psn and applies its retry_cnt and rnr_retry. A peer
-// on this host needs nothing.
+// stream at its sq_psn, unless a response to the peer's READ or atomic
+// started it already at the peer's rq_psn, and applies its retry_cnt and
+// rnr_retry. A peer on this host needs nothing.
 func (f *Fabric) Connect(c fabric.Connection) error {
 	f.cmu.Lock()
 	defer f.cmu.Unlock()
@@ -284,7 +285,10 @@ func (f *Fabric) Connect(c fabric.Connection) error {
 	payload := min(f.cfg.Transport.MaxPayload, f.cfg.MTU-f.overhead)
 	// Each stream starts at its QPs' PSN and has a token of its own
 	// (ConnIdentity): the peer's from our rq_psn, ours from our sq_psn,
-	// which comes only at RTS. Until then ours waits (SendLater).
+	// which comes only at RTS. Until then ours waits (SendLater), unless
+	// the peer READs or does an atomic: its request names where it
+	// expects our stream (its rq_psn), and the response starts it there
+	// (StreamToken), as a QP in RTR answers on IB.
 	id, token := identity(f.cfg.Secret, c.Tenant, c.Remote, c.Local, c.RQPSN)
 	tc, err := f.cfg.policies(id)
 	if err != nil {
@@ -300,6 +304,11 @@ func (f *Fabric) Connect(c fabric.Connection) error {
 		tc.RetryLimit, tc.RNRRetry = limits(c)
 	} else {
 		tc.SendLater = true
+		secret, tenant, local, remote := f.cfg.Secret, c.Tenant, c.Local, c.Remote
+		tc.StreamToken = func(psn uint32) uint64 {
+			_, token := identity(secret, tenant, local, remote, psn)
+			return token
+		}
 	}
 	cn := newConn(f, c, tc.LocalConn, sr)
 	t, err := transport.NewConn(tc, &cn.sink)

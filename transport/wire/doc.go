@@ -1,5 +1,5 @@
 // Package wire is the vStellar transport's on-the-wire packet format,
-// version 3: the encoders that lay packets out and Parse, which checks every
+// version 4: the encoders that lay packets out and Parse, which checks every
 // field of a received datagram before anything else looks at it. It holds
 // pure functions and no state; docs/wire.md is its prose form and the tests
 // pin each documented byte offset, so the two cannot drift apart.

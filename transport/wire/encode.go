@@ -33,7 +33,7 @@ func AppendData(dst []byte, h *Header, d *Data, payload []byte) []byte {
 	binary.BigEndian.PutUint32(b[20:], d.RKey)
 	binary.BigEndian.PutUint64(b[24:], d.RAddr)
 	binary.BigEndian.PutUint32(b[32:], d.Imm)
-	binary.BigEndian.PutUint32(b[36:], 0)
+	binary.BigEndian.PutUint32(b[36:], d.RespPSN)
 	return append(dst, payload...)
 }
 

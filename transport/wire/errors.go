@@ -32,7 +32,7 @@ func perr(msg string) *parseError { return &parseError{msg: "wire: malformed pac
 var (
 	errShort     = perr("shorter than the common header")
 	errMagic     = perr("bad magic")
-	errVersion   = &parseError{msg: "wire: unsupported version (want 3)", version: true}
+	errVersion   = &parseError{msg: "wire: unsupported version (want 4)", version: true}
 	errType      = perr("unknown type")
 	errFlags     = perr("unknown flag bits")
 	errAckFlags  = perr("FIRST/LAST/SOLICITED flag on an ACK")
@@ -51,6 +51,7 @@ var (
 	errSolicited    = perr("SOLICITED flag on an op without solicited events")
 	errSSN          = perr("ssn set on an op that consumes no receive WQE")
 	errImm          = perr("imm set on an op without immediate data")
+	errRespPSN      = perr("resp_psn set on an op that awaits no response")
 	errRKey         = perr("rkey set on an op that addresses no remote memory")
 	errRAddr        = perr("raddr set on an op that addresses no remote memory")
 	errRespRAddr    = perr("response raddr above 32 bits (it holds the request's msn)")

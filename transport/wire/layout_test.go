@@ -41,7 +41,7 @@ func checkLayout(t *testing.T, b []byte, fields []field, total int) {
 
 var headerFields = []field{
 	{"magic", 0, []byte{0x56, 0x53}},
-	{"version", 2, []byte{3}},
+	{"version", 2, []byte{4}},
 	// type at 3 is checked per packet type below
 	{"flags", 4, []byte{0x1D}}, // FIRST|RETX|ACK_REQ|SOLICITED for DATA (ACK below)
 	{"reserved", 5, []byte{0}},
@@ -74,7 +74,7 @@ func TestDataLayout(t *testing.T) {
 		{"rkey", 60, []byte{0x0D, 0x0E, 0x0F, 0x10}},
 		{"raddr", 64, []byte{0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18}},
 		{"imm", 72, []byte{0x19, 0x1A, 0x1B, 0x1C}},
-		{"reserved", 76, []byte{0, 0, 0, 0}},
+		{"resp_psn", 76, []byte{0, 0, 0, 0}}, // WRITE_IMM awaits no response
 		{"payload", 80, []byte{0xAA, 0xBB, 0xCC}},
 	}, headerFields...)
 	checkLayout(t, b, fields, 83)
@@ -89,6 +89,27 @@ func TestDataLayout(t *testing.T) {
 	var p Packet
 	if err := Parse(b, &p); err != nil || p.Data.Offset != 0x21222324 {
 		t.Errorf("Parse: %v, offset %#x", err, p.Data.Offset)
+	}
+
+	// resp_psn, on the ops that await a response, takes the DATA part's
+	// last word.
+	for _, op := range []Op{OpReadReq, OpCmpSwap, OpFetchAdd} {
+		h = hdr(FlagFirst | FlagLast)
+		d = Data{Op: op, MsgLen: 8, RKey: 1, RAddr: 8, RespPSN: 0x31323334}
+		var payload []byte
+		switch op {
+		case OpCmpSwap:
+			d.MsgLen, payload = 16, make([]byte, 16)
+		case OpFetchAdd:
+			payload = make([]byte, 8)
+		}
+		b = AppendData(nil, &h, &d, payload)
+		if got := b[76:80]; !bytes.Equal(got, []byte{0x31, 0x32, 0x33, 0x34}) {
+			t.Errorf("%v: resp_psn at 76: got % x", op, got)
+		}
+		if err := Parse(b, &p); err != nil || p.Data.RespPSN != 0x31323334 {
+			t.Errorf("%v: Parse: %v, resp_psn %#x", op, err, p.Data.RespPSN)
+		}
 	}
 }
 
@@ -153,7 +174,7 @@ func TestAckLayout(t *testing.T) {
 
 // The constants are the documented sizes.
 func TestConstants(t *testing.T) {
-	if Magic != 0x5653 || Version != 3 || HeaderLen != 40 || DataLen != 40 || AckLen != 64 ||
+	if Magic != 0x5653 || Version != 4 || HeaderLen != 40 || DataLen != 40 || AckLen != 64 ||
 		SACKBits != 256 || MaxMsgLen != 2147483648 || len(Ack{}.SACK)*64 != SACKBits {
 		t.Errorf("constants drifted from docs/wire.md")
 	}

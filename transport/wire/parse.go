@@ -78,11 +78,12 @@ func parseData(b []byte, q *Packet) error {
 		RKey:       binary.BigEndian.Uint32(x[20:]),
 		RAddr:      binary.BigEndian.Uint64(x[24:]),
 		Imm:        binary.BigEndian.Uint32(x[32:]),
+		RespPSN:    binary.BigEndian.Uint32(x[36:]),
 	}
 	if !d.Op.known() {
 		return errOp
 	}
-	if x[1] != 0 || binary.BigEndian.Uint32(x[36:]) != 0 {
+	if x[1] != 0 {
 		return errDataRsvd
 	}
 	if int(d.PayloadLen) != len(b)-(HeaderLen+DataLen) {
@@ -114,6 +115,9 @@ func parseData(b []byte, q *Packet) error {
 	}
 	if !r.imm && d.Imm != 0 {
 		return errImm
+	}
+	if !r.respPSN && d.RespPSN != 0 {
+		return errRespPSN
 	}
 	switch {
 	case r.remote:

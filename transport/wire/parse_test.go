@@ -54,7 +54,8 @@ func TestParseRejects(t *testing.T) {
 	add("version 0", raw(t, "SEND", func(b []byte) []byte { b[2] = 0; return b }), errVersion)
 	add("version 1", raw(t, "ACK NONE", func(b []byte) []byte { b[2] = 1; return b }), errVersion)
 	add("version 2", raw(t, "ACK BUSY", func(b []byte) []byte { b[2] = 2; return b }), errVersion)
-	add("version 4 short", []byte{0x56, 0x53, 4}, errVersion)
+	add("version 3", raw(t, "READ_REQ", func(b []byte) []byte { b[2] = 3; return b }), errVersion)
+	add("version 5 short", []byte{0x56, 0x53, 5}, errVersion)
 	add("type 0", raw(t, "SEND", func(b []byte) []byte { b[3] = 0; return b }), errType)
 	add("type 3", raw(t, "ACK NONE", func(b []byte) []byte { b[3] = 3; return b }), errType)
 	for _, bit := range []uint8{1 << 6, 1 << 7} {
@@ -80,8 +81,6 @@ func TestParseRejects(t *testing.T) {
 		add("op", raw(t, "SEND", func(b []byte) []byte { b[40] = op; return b }), errOp)
 	}
 	add("DATA reserved 41", raw(t, "SEND", func(b []byte) []byte { b[41] = 1; return b }), errDataRsvd)
-	add("DATA reserved 76", raw(t, "SEND", func(b []byte) []byte { b[76] = 1; return b }), errDataRsvd)
-	add("DATA reserved 79", raw(t, "SEND", func(b []byte) []byte { b[79] = 1; return b }), errDataRsvd)
 	add("datagram longer than payload_len", raw(t, "SEND", func(b []byte) []byte { return append(b, 0) }), errPayloadLen)
 	add("datagram shorter than payload_len", raw(t, "SEND", func(b []byte) []byte { return b[:len(b)-1] }), errPayloadLen)
 	add("empty payload with trailing byte", raw(t, "SEND empty", func(b []byte) []byte { return append(b, 0) }), errPayloadLen)
@@ -113,6 +112,11 @@ func TestParseRejects(t *testing.T) {
 	for _, n := range []string{"WRITE first", "SEND", "READ_REQ", "READ_RESP middle", "CMP_SWAP", "FETCH_ADD", "ATOMIC_RESP"} {
 		add("imm on "+n, mod(t, n, func(s *sample) { s.d.Imm = 1 }), errImm)
 	}
+	for _, n := range []string{"WRITE first", "WRITE_IMM", "SEND", "SEND_IMM middle", "READ_RESP middle", "ATOMIC_RESP"} {
+		add("resp_psn on "+n, mod(t, n, func(s *sample) { s.d.RespPSN = 1 }), errRespPSN)
+	}
+	add("resp_psn byte 76 on SEND", raw(t, "SEND", func(b []byte) []byte { b[76] = 1; return b }), errRespPSN)
+	add("resp_psn byte 79 on SEND", raw(t, "SEND", func(b []byte) []byte { b[79] = 1; return b }), errRespPSN)
 	for _, n := range []string{"SEND", "SEND_IMM middle", "READ_RESP middle", "ATOMIC_RESP"} {
 		add("rkey on "+n, mod(t, n, func(s *sample) { s.d.RKey = 1 }), errRKey)
 	}

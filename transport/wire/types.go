@@ -2,10 +2,10 @@ package wire
 
 import "strconv"
 
-// Format constants of version 3.
+// Format constants of version 4.
 const (
 	Magic     = 0x5653 // "VS"
-	Version   = 3
+	Version   = 4
 	HeaderLen = 40  // common header
 	DataLen   = 40  // DATA part, before the payload
 	AckLen    = 64  // ACK part
@@ -126,6 +126,11 @@ type Data struct {
 	RKey       uint32 // WRITE*, READ_REQ, atomics; else 0
 	RAddr      uint64 // WRITE*, READ_REQ, atomics: remote address; READ_RESP/ATOMIC_RESP: request's MSN
 	Imm        uint32 // WRITE_IMM/SEND_IMM; else 0
+	// RespPSN (READ_REQ, atomics; else 0): the first psn of the
+	// requester's receiving stream, where the responder's stream starts
+	// if the response is the first thing it sends (docs/wire.md,
+	// section 6).
+	RespPSN uint32
 }
 
 // Ack is the ACK part.
@@ -166,6 +171,7 @@ type opRule struct {
 	fixed     uint16 // exact payload and message length (atomics); 0 = any
 	noPayload bool   // READ_REQ: single packet, no payload, msg_len = length to read
 	aligned   bool   // raddr must be 8-byte aligned (atomics)
+	respPSN   bool   // awaits a response: carries resp_psn
 }
 
 var opRules = [...]opRule{
@@ -173,9 +179,9 @@ var opRules = [...]opRule{
 	OpWriteImm:   {name: "WRITE_IMM", remote: true, recv: true, imm: true},
 	OpSend:       {name: "SEND", recv: true},
 	OpSendImm:    {name: "SEND_IMM", recv: true, imm: true},
-	OpReadReq:    {name: "READ_REQ", remote: true, noPayload: true},
+	OpReadReq:    {name: "READ_REQ", remote: true, noPayload: true, respPSN: true},
 	OpReadResp:   {name: "READ_RESP", resp: true},
-	OpCmpSwap:    {name: "CMP_SWAP", remote: true, fixed: 16, aligned: true},
-	OpFetchAdd:   {name: "FETCH_ADD", remote: true, fixed: 8, aligned: true},
+	OpCmpSwap:    {name: "CMP_SWAP", remote: true, fixed: 16, aligned: true, respPSN: true},
+	OpFetchAdd:   {name: "FETCH_ADD", remote: true, fixed: 8, aligned: true, respPSN: true},
 	OpAtomicResp: {name: "ATOMIC_RESP", resp: true, fixed: 8},
 }

@@ -79,13 +79,13 @@ func samples() []sample {
 		{name: "SEND_IMM middle", h: hdr(retx), payload: w, d: Data{Op: OpSendImm, MSN: 0x0C0D0E0F,
 			SSN: 0x369CF258, Offset: 0x1000, MsgLen: 0x10000, Imm: 0xBADC0DE5}},
 		{name: "READ_REQ", h: hdr(FlagFirst | FlagLast | FlagAckReq), d: Data{Op: OpReadReq, MSN: 0x0D0E0F10,
-			MsgLen: MaxMsgLen, RKey: 0x7EED1234, RAddr: 0x7F00112233447700}},
+			MsgLen: MaxMsgLen, RKey: 0x7EED1234, RAddr: 0x7F00112233447700, RespPSN: 0xFFFFFF01}},
 		{name: "READ_RESP middle", h: hdr(FlagRetx), payload: w, d: Data{Op: OpReadResp, MSN: 0x0E0F1011,
 			Offset: 0x3000, MsgLen: 0x40000000, RAddr: 0xDEADBEEF}},
 		{name: "CMP_SWAP", h: hdr(FlagFirst | FlagLast), payload: pattern(16, 0x40), d: Data{Op: OpCmpSwap, MSN: 0x0F101112,
-			MsgLen: 16, RKey: 0x8EED1234, RAddr: 0x7F00112233448808}},
+			MsgLen: 16, RKey: 0x8EED1234, RAddr: 0x7F00112233448808, RespPSN: 0x00ABCDEF}},
 		{name: "FETCH_ADD", h: hdr(FlagFirst | FlagLast | FlagRetx), payload: pattern(8, 0x50), d: Data{Op: OpFetchAdd, MSN: 0x10111213,
-			MsgLen: 8, RKey: 0x9EED1234, RAddr: 0xFFFFFFFFFFFFFFF8}},
+			MsgLen: 8, RKey: 0x9EED1234, RAddr: 0xFFFFFFFFFFFFFFF8, RespPSN: 1}},
 		{name: "ATOMIC_RESP", h: hdr(FlagFirst | FlagLast), payload: pattern(8, 0x60), d: Data{Op: OpAtomicResp, MSN: 0x11121314,
 			MsgLen: 8, RAddr: 0x87654321}},
 	}
@@ -295,7 +295,7 @@ func TestErrorsWrap(t *testing.T) {
 func TestErrorMessagesDistinct(t *testing.T) {
 	all := []*parseError{errShort, errMagic, errVersion, errType, errFlags, errAckFlags, errDataFlags, errHdrRsvd, errAckPSN,
 		errDataShort, errOp, errDataRsvd, errPayloadLen, errMsgLen, errRange, errFirst, errLast, errSolicited,
-		errSSN, errImm, errRKey, errRAddr, errRespRAddr, errRAddrWrap, errReadPayload, errReadOffset,
+		errSSN, errImm, errRespPSN, errRKey, errRAddr, errRespRAddr, errRAddrWrap, errReadPayload, errReadOffset,
 		errAtomicLen, errAtomicMsgLen, errAtomicAlign, errAckLen, errAckRsvd, errNAK, errRNRTimer, errNAKMSN, errDupPSN, errDupUncovered}
 	seen := map[string]bool{}
 	for _, e := range all {
