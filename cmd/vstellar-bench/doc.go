@@ -62,6 +62,14 @@
 //	    the real figures measure emulation, not the device. Needs root and
 //	    the harness.
 //
+//	vstellar-bench rdmatools [--quick] [--json]
+//	    Per QEMU of the harness, two real VMs under TCG with the kernel
+//	    driver and the rdma-core provider: Debian's perftest (ib_write_bw
+//	    at 64 KiB and 1 MiB, ib_write_lat at 8 B) over vstellar0 and over
+//	    soft-RoCE (rxe) on their virtio-net link, with the ratios
+//	    vStellar/rxe. A figure that could not be measured prints as "-"
+//	    and the exit status is 1. Needs root and the harness.
+//
 //	vstellar-bench report [--quick] [--out docs/benchmarks.md] [--plots docs/plots] [--suites a,b]
 //	    Runs the suites one after the other in this process and writes
 //	    the results page (wholly generated) and its SVG plots. Suites

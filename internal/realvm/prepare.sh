@@ -76,7 +76,9 @@ CONFIGURE_FLAGS="--target-list=x86_64-softmmu --disable-docs --disable-werror --
 KERNEL_SUITE=trixie
 KERNEL_META=linux-image-amd64
 # In load order: each after the modules it depends on.
-KERNEL_MODULES="uio uio_pci_generic failover net_failover virtio_net ib_core ib_uverbs udp_tunnel ip6_udp_tunnel rdma_rxe"
+# crc32_generic: rxe asks the crypto API for "crc32" when a device is
+# added, and a guest without modprobe cannot load it on demand.
+KERNEL_MODULES="uio uio_pci_generic failover net_failover virtio_net ib_core ib_uverbs udp_tunnel ip6_udp_tunnel crc32_generic rdma_rxe"
 # The guest's RDMA user space (sid) and what builds the driver and provider.
 RDMA_PACKAGES="rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev perftest iproute2"
 RDMA_BUILD_DEPS="build-essential gcc-14 cmake ninja-build pkgconf libnl-3-dev libnl-route-3-dev libudev-dev libsystemd-dev python3 linux-headers-amd64"

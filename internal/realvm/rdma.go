@@ -158,18 +158,10 @@ func RepoRoot() (string, error) {
 }
 
 // execModules are the modules an exec-mode guest loads, in order: the NIC
-// for the tools' TCP, the RDMA core, rxe (the comparison) and the driver.
+// for the tools' TCP, the RDMA core, rxe (the comparison; it needs
+// crc32_generic, which nothing loads on demand in the guest) and the
+// driver.
 var execModules = []string{"failover", "net_failover", "virtio_net", "ib_core", "ib_uverbs", "udp_tunnel", "ip6_udp_tunnel", "crc32_generic", "rdma_rxe", "vstellar"}
-
-// execExtraModules are modules of the guest kernel that exec-mode guests
-// load beyond the harness's extracted ones, by path in the kernel's module
-// tree. rxe (6.12) takes the crypto API's "crc32" for its ICRC when a
-// device is added; with no modprobe in the guest nothing loads
-// crc32_generic on demand, and `rdma link add rxe0 type rxe` fails with
-// ENOENT and no message. They come from the sid root, which has the guest
-// kernel's image package installed (its headers depend on it); the guest
-// loads them compressed.
-var execExtraModules = []string{"kernel/crypto/crc32_generic.ko.xz"}
 
 // BuildExecImage builds the guest program and packs it (as /init, mode
 // exec) into dir/initrd-exec.cpio, whose path it returns, with the
@@ -187,13 +179,6 @@ func (e *Env) BuildExecImage(ctx context.Context, dir string, b RDMABuild) (stri
 		{Name: "usr/lib/x86_64-linux-gnu/libibverbs/" + filepath.Base(b.Provider), Source: b.Provider},
 		{Name: "etc/libibverbs.d/vstellar.driver", Source: b.DriverFile},
 		{Name: "tmp", Mode: fs.ModeDir | 0o1777},
-	}
-	for _, m := range execExtraModules {
-		p := filepath.Join(e.SidRoot, "usr/lib/modules", e.Kernel.Version, m)
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("realvm: a module of the guest kernel for rxe: %w (is linux-image-%s installed in the sid root?)", err, e.Kernel.Version)
-		}
-		files = append(files, File{Name: "lib/modules/" + filepath.Base(m), Source: p})
 	}
 	for _, p := range b.Tools {
 		files = append(files, File{Name: "usr/bin/" + filepath.Base(p), Source: p, Mode: 0o755})
