@@ -29,20 +29,7 @@ type realVMResult struct {
 // the guest program as /init) on an in-process vstellard, under each
 // QEMU the harness (internal/realvm/prepare.sh) prepared.
 func runRealVMs(ctx context.Context, o options, stdout, stderr io.Writer) error {
-	env, err := realvm.Load(realvm.HarnessDir())
-	if err != nil {
-		return fmt.Errorf("%w (prepare it with: %s)", err, realvm.PrepareCommand)
-	}
-	out := stdout
-	if o.json {
-		out = io.Discard
-	}
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	dir, err := os.MkdirTemp("", "vstellar-demo-")
+	env, out, log, dir, err := realVMSetup(o, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -70,6 +57,30 @@ func runRealVMs(ctx context.Context, o options, stdout, stderr io.Writer) error 
 		}
 	}
 	return nil
+}
+
+// realVMSetup is what both real-VM modes start with: the harness, the
+// writer for progress (io.Discard with --json), the logger and a
+// temporary directory, which the caller removes.
+func realVMSetup(o options, stdout, stderr io.Writer) (env *realvm.Env, out io.Writer, log *slog.Logger, dir string, err error) {
+	env, err = realvm.Load(realvm.HarnessDir())
+	if err != nil {
+		return nil, nil, nil, "", fmt.Errorf("%w (prepare it with: %s)", err, realvm.PrepareCommand)
+	}
+	out = stdout
+	if o.json {
+		out = io.Discard
+	}
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	dir, err = os.MkdirTemp("", "vstellar-demo-")
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	return env, out, log, dir, nil
 }
 
 func realVMPair(ctx context.Context, env *realvm.Env, qemu, initrd string, log *slog.Logger, out io.Writer) (realVMResult, error) {

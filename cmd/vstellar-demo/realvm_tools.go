@@ -29,19 +29,11 @@ type toolRun struct {
 // each QEMU the harness prepared, and runs ibv_rc_pingpong and
 // ib_write_bw between them, unmodified, over libibverbs.
 func runRealVMTools(ctx context.Context, o options, stdout, stderr io.Writer) error {
-	env, err := realvm.Load(realvm.HarnessDir())
+	env, out, log, dir, err := realVMSetup(o, stdout, stderr)
 	if err != nil {
-		return fmt.Errorf("%w (prepare it with: %s)", err, realvm.PrepareCommand)
+		return err
 	}
-	out := stdout
-	if o.json {
-		out = io.Discard
-	}
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	defer os.RemoveAll(dir)
 	repo, err := realvm.RepoRoot()
 	if err != nil {
 		return err
@@ -51,11 +43,6 @@ func runRealVMTools(ctx context.Context, o options, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "vstellar-demo-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
 	initrd, err := env.BuildExecImage(ctx, dir, b)
 	if err != nil {
 		return err
