@@ -372,3 +372,28 @@ func TestWithheldProtocolFeature(t *testing.T) {
 	// The offer taken: ADD_MEM_REG is not negotiated.
 	s.fe.mustFail(uint32(ReqAddMemReg), singleRegion([4]uint64{0, regionSize, uvaBase, 0}), eventfd(t))
 }
+
+// Requests that change or read the device's session wait for SET_OWNER:
+// before it (and after RESET_OWNER) they fail and change nothing, while
+// the handshake QEMU sends first is served.
+func TestSessionRequestsNeedAnOwner(t *testing.T) {
+	s := serve(t, NewBackend(newEchoDevice(t), Options{}))
+	g := newTestGuest(t, s.fe)
+	fe := s.fe
+	if f := binary.LittleEndian.Uint64(fe.call(uint32(ReqGetFeatures), nil)); f&(1<<30) == 0 {
+		t.Fatalf("GET_FEATURES before SET_OWNER: %#x", f)
+	}
+	proto := binary.LittleEndian.Uint64(fe.call(uint32(ReqGetProtocolFeatures), nil))
+	fe.mustAck(uint32(ReqSetProtocolFeatures), u64(proto))
+	fe.mustFail(uint32(ReqSetMemTable), memTable(g.regions()...), g.memfd, g.memfd)
+	fe.mustFail(uint32(ReqSetVringNum), state(0, 8))
+	fe.mustFail(uint32(ReqSetFeatures), u64(1<<32|1<<30))
+	fe.mustAck(uint32(ReqSetOwner), nil)
+	fe.mustAck(uint32(ReqSetMemTable), memTable(g.regions()...), g.memfd, g.memfd)
+	fe.mustAck(uint32(ReqSetVringNum), state(0, 8))
+	fe.mustAck(uint32(ReqResetOwner), nil)
+	fe.mustFail(uint32(ReqSetVringNum), state(0, 8))
+	if got := s.b.Stats().FailedMsgs.Load(); got != 4 {
+		t.Errorf("%d failed requests counted, want 4", got)
+	}
+}

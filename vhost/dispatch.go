@@ -17,6 +17,11 @@ type route struct {
 	minFDs, maxFDs int
 	// proto is the mask of protocol features the request needs.
 	proto uint64
+	// unowned: the request may come before SET_OWNER. QEMU sends these
+	// first (GET_FEATURES, the protocol features, GET_QUEUE_NUM,
+	// SET_BACKEND_REQ_FD: vmm/testdata/trace-*.txt); everything that
+	// changes or reads the device's session waits for an owner.
+	unowned bool
 }
 
 var routes map[Request]route
@@ -24,14 +29,14 @@ var routes map[Request]route
 func init() {
 	// Set up in init: handlers refer back to the table through dispatch.
 	routes = map[Request]route{
-		ReqGetFeatures:         {handle: (*session).getFeatures, reply: true},
+		ReqGetFeatures:         {handle: (*session).getFeatures, reply: true, unowned: true},
 		ReqSetFeatures:         {handle: (*session).setFeatures},
-		ReqSetOwner:            {handle: (*session).setOwner},
+		ReqSetOwner:            {handle: (*session).setOwner, unowned: true},
 		ReqResetOwner:          {handle: (*session).resetOwner},
-		ReqGetProtocolFeatures: {handle: (*session).getProtocolFeatures, reply: true},
-		ReqSetProtocolFeatures: {handle: (*session).setProtocolFeatures},
-		ReqGetQueueNum:         {handle: (*session).getQueueNum, reply: true, proto: ProtoMQ.Mask()},
-		ReqGetMaxMemSlots:      {handle: (*session).getMaxMemSlots, reply: true, proto: ProtoConfigureMemSlots.Mask()},
+		ReqGetProtocolFeatures: {handle: (*session).getProtocolFeatures, reply: true, unowned: true},
+		ReqSetProtocolFeatures: {handle: (*session).setProtocolFeatures, unowned: true},
+		ReqGetQueueNum:         {handle: (*session).getQueueNum, reply: true, proto: ProtoMQ.Mask(), unowned: true},
+		ReqGetMaxMemSlots:      {handle: (*session).getMaxMemSlots, reply: true, proto: ProtoConfigureMemSlots.Mask(), unowned: true},
 		ReqSetMemTable:         {handle: (*session).setMemTable, minFDs: 1, maxFDs: maxFDs},
 		ReqAddMemReg:           {handle: (*session).addMemReg, minFDs: 1, maxFDs: 1, proto: ProtoConfigureMemSlots.Mask()},
 		// REM_MEM_REG: "No file descriptors SHOULD be passed"; the
@@ -45,7 +50,7 @@ func init() {
 		ReqSetVringCall:    {handle: (*session).setVringCall, maxFDs: 1},
 		ReqSetVringErr:     {handle: (*session).setVringErr, maxFDs: 1},
 		ReqSetVringEnable:  {handle: (*session).setVringEnable},
-		ReqSetBackendReqFD: {handle: (*session).setBackendReqFD, minFDs: 1, maxFDs: 1, proto: ProtoBackendReq.Mask()},
+		ReqSetBackendReqFD: {handle: (*session).setBackendReqFD, minFDs: 1, maxFDs: 1, proto: ProtoBackendReq.Mask(), unowned: true},
 		ReqGetConfig:       {handle: (*session).getConfig, reply: true, proto: ProtoConfig.Mask()},
 		ReqSetConfig:       {handle: (*session).setConfig, proto: ProtoConfig.Mask()},
 		ReqSetStatus:       {handle: (*session).setStatus, proto: ProtoStatus.Mask()},
@@ -69,6 +74,10 @@ var alwaysReplies = map[Request]bool{
 // serve.
 var ErrUnsupported = errors.New("unsupported request")
 
+// ErrNoOwner is wrapped by errors for session requests that come before
+// SET_OWNER (or after RESET_OWNER).
+var ErrNoOwner = errors.New("no SET_OWNER yet")
+
 // ackError is the non-zero REPLY_ACK value for a failed request.
 const ackError = 1
 
@@ -88,6 +97,8 @@ func (s *session) dispatch(m *Message) error {
 		err = fmt.Errorf("%v: %d file descriptors, want %d..%d: %w", req, m.NumFDs(), r.minFDs, r.maxFDs, ErrBadPayload)
 	case s.protoFeatures()&r.proto != r.proto:
 		err = fmt.Errorf("%v: protocol features %#x %w", req, r.proto, ErrNotNegotiated)
+	case !r.unowned && !s.owned:
+		err = fmt.Errorf("%v: %w", req, ErrNoOwner)
 	default:
 		reply, err = r.handle(s, m)
 	}

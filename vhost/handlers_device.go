@@ -48,8 +48,11 @@ func (s *session) setFeatures(m *Message) ([]byte, error) {
 }
 
 func (s *session) setOwner(m *Message) ([]byte, error) {
-	// Nothing to record: a connection is the ownership.
-	return nil, wantEmpty(m)
+	if err := wantEmpty(m); err != nil {
+		return nil, err
+	}
+	s.owned = true
+	return nil, nil
 }
 
 // resetOwner: the spec deprecates RESET_OWNER and lets back-ends "ignore,
@@ -60,6 +63,7 @@ func (s *session) resetOwner(m *Message) ([]byte, error) {
 	}
 	s.stopAllRings()
 	s.deactivate(false)
+	s.owned = false
 	return nil, nil
 }
 

@@ -25,6 +25,7 @@ type session struct {
 
 	features    uint64 // acked virtio features, including bit 30
 	featuresSet bool
+	owned       bool          // SET_OWNER came (and no RESET_OWNER since)
 	proto       atomic.Uint64 // acked protocol features
 
 	statusMu sync.Mutex
