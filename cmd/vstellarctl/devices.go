@@ -19,8 +19,11 @@ func (c *cli) devices(ctx context.Context, args []string) error {
 	sub, rest := args[0], args[1:]
 	switch sub {
 	case "list", "ls":
-		if len(rest) != 0 {
-			return fmt.Errorf("%w: devices list takes no arguments", errUsage)
+		fs := flag.NewFlagSet("devices list", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.BoolVar(&c.json, "json", c.json, "print JSON")
+		if err := fs.Parse(rest); err != nil || fs.NArg() != 0 {
+			return fmt.Errorf("%w: devices list takes no arguments but --json", errUsage)
 		}
 		return c.list(ctx)
 	case "show", "create", "destroy", "qps", "mrs":

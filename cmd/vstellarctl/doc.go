@@ -5,6 +5,7 @@
 // Usage:
 //
 //	vstellarctl [--socket PATH] [--json] [--timeout DURATION] COMMAND
+//	vstellarctl --version
 //
 //	health                          daemon health
 //	devices list                    list devices
@@ -19,7 +20,8 @@
 //	detach --qmp SOCKET NAME        hot-unplug
 //	qemu-args NAME...               cold-plug arguments
 //
-// Output is a table (or key: value lines) by default; --json prints JSON.
+// Output is a table (or key: value lines) by default; --json, before the
+// command or after it, prints JSON.
 // Exit status: 0 ok, 1 failed, 2 usage, 3 not found, 4 conflict (exists,
 // busy), 5 invalid request, 6 no daemon on the socket, 7 daemon shutting
 // down (docs/operations.md).

@@ -8,12 +8,16 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/vstellar/vstellar/daemon"
 )
 
 const defaultSocket = daemon.DefaultRunDir + "/" + daemon.APISocketName
+
+// version is set at link time, as vstellard's: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
@@ -35,6 +39,7 @@ const (
 )
 
 const usage = `usage: vstellarctl [--socket PATH] [--json] [--timeout DURATION] COMMAND
+       vstellarctl --version
 
 commands:
   health                               daemon health
@@ -75,11 +80,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := &cli{stdout: stdout}
 	fs.BoolVar(&c.json, "json", false, "print JSON")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "request timeout")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return exitUsage
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "vstellarctl %s (%s)\n", version, runtime.Version())
+		return exitOK
 	}
 	c.client = daemon.NewClient(*socket)
 	defer c.client.Close()

@@ -62,6 +62,14 @@ func ctl(t *testing.T, sock string, args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
+func TestCtlVersion(t *testing.T) {
+	var out, errOut strings.Builder
+	if code := run(context.Background(), []string{"--version"}, &out, &errOut); code != exitOK ||
+		!strings.HasPrefix(out.String(), "vstellarctl "+version+" (go") || strings.Count(out.String(), "\n") != 1 {
+		t.Fatalf("--version: %d %q %q", code, out.String(), errOut.String())
+	}
+}
+
 func TestCtlDevicesLifecycle(t *testing.T) {
 	sock := startDaemon(t)
 
@@ -76,10 +84,16 @@ func TestCtlDevicesLifecycle(t *testing.T) {
 		t.Fatalf("list: %d\n%s", code, out)
 	}
 
-	code, out, _ = ctl(t, sock, "--json", "devices", "list")
-	var l daemon.DeviceList
-	if code != 0 || json.Unmarshal([]byte(out), &l) != nil || len(l.Devices) != 2 {
-		t.Fatalf("list --json: %d %q", code, out)
+	// --json before the command or after it, as for every listing.
+	for _, args := range [][]string{{"--json", "devices", "list"}, {"devices", "list", "--json"}} {
+		code, out, _ = ctl(t, sock, args...)
+		var l daemon.DeviceList
+		if code != 0 || json.Unmarshal([]byte(out), &l) != nil || len(l.Devices) != 2 {
+			t.Fatalf("%v: %d %q", args, code, out)
+		}
+	}
+	if code, _, errOut := ctl(t, sock, "devices", "list", "vm1"); code != exitUsage || !strings.Contains(errOut, "takes no arguments") {
+		t.Fatalf("list with an argument: %d %q", code, errOut)
 	}
 	code, out, _ = ctl(t, sock, "devices", "show", "vm1", "--json")
 	var d daemon.DeviceStatus
