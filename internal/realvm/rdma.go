@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/guestexec"
 )
@@ -80,6 +82,20 @@ func (e *Env) BuildRDMA(ctx context.Context, repo string) (RDMABuild, error) {
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return RDMABuild{}, fmt.Errorf("realvm: %w", err)
 	}
+	// Test packages run in parallel and build the same sources: the
+	// first builds, the others wait and take its build.
+	lock, err := os.OpenFile(filepath.Join(cache, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return RDMABuild{}, fmt.Errorf("realvm: %w", err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return RDMABuild{}, fmt.Errorf("realvm: locking %s: %w", cache, err)
+	}
+	if b.complete() {
+		b.Cached = true
+		return b, nil
+	}
 	tmp, err := os.MkdirTemp(cache, ".build-")
 	if err != nil {
 		return RDMABuild{}, fmt.Errorf("realvm: %w", err)
@@ -90,10 +106,12 @@ func (e *Env) BuildRDMA(ctx context.Context, repo string) (RDMABuild, error) {
 	if o, err := cmd.CombinedOutput(); err != nil {
 		return RDMABuild{}, fmt.Errorf("realvm: building vstellar.ko and libvstellar: %v\n%s", err, o)
 	}
-	// Only the newest build is kept.
+	// Builds of other sources go once a day old: one may still be in use.
 	if old, err := filepath.Glob(filepath.Join(cache, "[0-9a-f]*")); err == nil {
 		for _, o := range old {
-			os.RemoveAll(o)
+			if st, err := os.Stat(o); err == nil && time.Since(st.ModTime()) > 24*time.Hour {
+				os.RemoveAll(o)
+			}
 		}
 	}
 	if err := os.Rename(tmp, out); err != nil {

@@ -1,10 +1,15 @@
 package realvm
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
+	"sync"
 	"testing"
+	"time"
 )
 
 // The kernel driver builds with no warning (W=1) against the guest
@@ -85,4 +90,43 @@ func TestProviderDataPath(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// Test packages build at once: BuildRDMA of the same sources from two
+// goroutines builds once and gives both the same build.
+func TestBuildRDMAConcurrent(t *testing.T) {
+	e := Require(t)
+	repo, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sources of their own (a stamp changes the hash), so the cache
+	// cannot answer.
+	src := t.TempDir()
+	for _, d := range append([]string{"internal/realvm"}, rdmaSources...) {
+		if err := os.CopyFS(filepath.Join(src, d), os.DirFS(filepath.Join(repo, d))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	stamp := fmt.Sprintf("%d\n", time.Now().UnixNano())
+	if err := os.WriteFile(filepath.Join(src, "guest-driver/include/.stamp"), []byte(stamp), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var builds [2]RDMABuild
+	var errs [2]error
+	for i := range builds {
+		wg.Go(func() { builds[i], errs[i] = e.BuildRDMA(t.Context(), src) })
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("%v / %v", errs[0], errs[1])
+	}
+	if builds[0].Module != builds[1].Module || builds[0].Cached == builds[1].Cached {
+		t.Fatalf("builds %+v and %+v: want one build, taken by the other from the cache", builds[0], builds[1])
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Dir(builds[0].Module)) })
+	if !builds[0].complete() {
+		t.Fatalf("build %s is incomplete", filepath.Dir(builds[0].Module))
+	}
 }
