@@ -439,7 +439,7 @@ func perftest(ctx context.Context, gs [2]*realvm.ExecGuest, d *toolsDevice, tool
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return perftestColumns(c.Stdout)
+	return realvm.PerftestColumns(c.Stdout)
 }
 
 // toolBandwidth is ib_write_bw's average at size over d, in Gb/s.
@@ -468,66 +468,6 @@ func toolLatency(ctx context.Context, gs [2]*realvm.ExecGuest, d *toolsDevice, i
 		return 0, 0, err
 	}
 	return latencies(cols)
-}
-
-// perftestColumns reads perftest's result table: the "#bytes" header
-// line and the first line of numbers after it, as column name -> value.
-// Names run to a closing bracket ("BW average[MiB/sec]", "99%
-// percentile[usec]") or are a single word starting with '#'. perftest
-// prints C's "-nan" where a figure is undefined (t_stdev after a huge
-// outlier): it is NaN here, for the figures the suite uses to reject.
-func perftestColumns(out string) (map[string]float64, error) {
-	var names []string
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) == 0 {
-			continue
-		}
-		if f[0] == "#bytes" {
-			names = names[:0]
-			cur := ""
-			for _, w := range f {
-				if cur != "" {
-					cur += " "
-				}
-				cur += w
-				if strings.HasPrefix(cur, "#") || strings.HasSuffix(cur, "]") {
-					names = append(names, cur)
-					cur = ""
-				}
-			}
-			if cur != "" {
-				return nil, fmt.Errorf("perftest's header %q: column %q has no unit", strings.TrimSpace(l), cur)
-			}
-			continue
-		}
-		if names == nil {
-			continue
-		}
-		vals := make([]float64, 0, len(f))
-		for _, w := range f {
-			v, err := strconv.ParseFloat(w, 64)
-			if w == "-nan" {
-				v, err = math.NaN(), nil
-			}
-			if err != nil {
-				break
-			}
-			vals = append(vals, v)
-		}
-		if len(vals) == 0 {
-			continue
-		}
-		if len(vals) != len(names) {
-			return nil, fmt.Errorf("perftest's result row %q has %d numbers for %d columns %q", strings.TrimSpace(l), len(vals), len(names), names)
-		}
-		cols := make(map[string]float64, len(names))
-		for i, n := range names {
-			cols[n] = vals[i]
-		}
-		return cols, nil
-	}
-	return nil, fmt.Errorf("no result table in perftest's output:\n%s", clip(out, 2000))
 }
 
 // checkBytes checks that the row is for size-byte messages.

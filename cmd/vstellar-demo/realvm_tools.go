@@ -113,9 +113,9 @@ func toolPair(ctx context.Context, env *realvm.Env, qemu, initrd, dir string, lo
 			return runs, fmt.Errorf("%s: %w\nserver:\n%s\nclient:\n%s", cmd, err, s.Output(), c.Output())
 		}
 		r := toolRun{QEMU: qemu, Command: cmd}
-		if row, err := realvm.PerftestRow(c.Stdout); err == nil && len(row) >= 4 {
-			r.Value, r.Unit = row[3], "MB/s"
-			r.Result = fmt.Sprintf("%.0f bytes x %.0f: %.2f MB/s average", row[0], row[1], row[3])
+		if cols, err := realvm.PerftestColumns(c.Stdout); err == nil {
+			r.Value, r.Unit = cols["BW average[MiB/sec]"], "MiB/s"
+			r.Result = fmt.Sprintf("%.0f bytes x %.0f: %.2f MiB/s average", cols["#bytes"], cols["#iterations"], r.Value)
 		} else {
 			r.Result = lastLine(c.Output())
 		}

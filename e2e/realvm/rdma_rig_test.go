@@ -132,12 +132,17 @@ func serverClient(t *testing.T, a, b *execGuest, server, client string, limit ti
 	return s.Output(), c.Output()
 }
 
-// perftestRow is realvm.PerftestRow, fatal without a row.
-func perftestRow(t *testing.T, out string) []float64 {
+// perftestFigure is the column col of perftest's result row
+// (realvm.PerftestColumns); a missing table or column is fatal.
+func perftestFigure(t *testing.T, out, col string) float64 {
 	t.Helper()
-	row, err := realvm.PerftestRow(out)
+	cols, err := realvm.PerftestColumns(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return row
+	v, ok := cols[col]
+	if !ok {
+		t.Fatalf("perftest's result has no %q: %v", col, cols)
+	}
+	return v
 }

@@ -121,20 +121,19 @@ func runTools(t *testing.T, a, b *execGuest) {
 		t.Run(strings.TrimPrefix(c.tool, "ib_")+strings.ReplaceAll(strings.Fields(c.args)[0]+strings.Fields(c.args)[1], "-", ""), func(t *testing.T) {
 			cmd := fmt.Sprintf("%s -d vstellar0 -x 0 %s", c.tool, c.args)
 			_, cli := serverClient(t, a, b, cmd, cmd, 2*time.Minute)
-			row := perftestRow(t, cli)
 			if c.lat {
-				// #bytes #iterations t_min t_max t_typical t_avg ...
-				if len(row) < 6 || row[5] <= 0 {
-					t.Fatalf("latency row %v", row)
+				avg := perftestFigure(t, cli, "t_avg[usec]")
+				if avg <= 0 {
+					t.Fatalf("average latency %v us", avg)
 				}
-				t.Logf("%s: %.2f us typical, %.2f us average", cmd, row[4], row[5])
+				t.Logf("%s: %.2f us typical, %.2f us average", cmd, perftestFigure(t, cli, "t_typical[usec]"), avg)
 				return
 			}
-			// #bytes #iterations BW-peak BW-average MsgRate
-			if len(row) < 4 || row[3] <= 0 {
-				t.Fatalf("bandwidth row %v", row)
+			avg := perftestFigure(t, cli, "BW average[MiB/sec]")
+			if avg <= 0 {
+				t.Fatalf("average bandwidth %v MiB/s", avg)
 			}
-			t.Logf("%s: %.2f MB/s average", cmd, row[3])
+			t.Logf("%s: %.2f MiB/s average", cmd, avg)
 		})
 	}
 }

@@ -3,6 +3,7 @@ package realvm
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -68,33 +69,62 @@ func waitListen(ctx context.Context, g *ExecGuest, port int, done chan guestexec
 	return fmt.Errorf("nothing listens on port %d after a minute", port)
 }
 
-// PerftestRow returns the numbers of perftest's result row: the first
-// line after the "#bytes" header that starts with numbers. For the
-// bandwidth tools they are #bytes, #iterations, BW peak and BW average
-// (MB/s), MsgRate (Mpps); for the latency tools #bytes, #iterations,
-// t_min, t_max, t_typical, t_avg, t_stdev and percentiles (us).
-func PerftestRow(out string) ([]float64, error) {
-	header := false
+// PerftestColumns reads perftest's result table: the "#bytes" header
+// line and the first line of numbers after it, as column name -> value.
+// Names run to a closing bracket ("BW average[MiB/sec]", "99%
+// percentile[usec]") or are a single word starting with '#'. perftest
+// prints C's "-nan" where a figure is undefined (t_stdev after a huge
+// outlier): it is NaN here, for a caller that uses the figure to reject.
+func PerftestColumns(out string) (map[string]float64, error) {
+	var names []string
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
-		if len(f) > 0 && f[0] == "#bytes" {
-			header = true
+		if len(f) == 0 {
 			continue
 		}
-		if !header {
+		if f[0] == "#bytes" {
+			names = names[:0]
+			cur := ""
+			for _, w := range f {
+				if cur != "" {
+					cur += " "
+				}
+				cur += w
+				if strings.HasPrefix(cur, "#") || strings.HasSuffix(cur, "]") {
+					names = append(names, cur)
+					cur = ""
+				}
+			}
+			if cur != "" {
+				return nil, fmt.Errorf("perftest's header %q: column %q has no unit", strings.TrimSpace(l), cur)
+			}
 			continue
 		}
-		var row []float64
-		for _, s := range f {
-			v, err := strconv.ParseFloat(s, 64)
+		if names == nil {
+			continue
+		}
+		vals := make([]float64, 0, len(f))
+		for _, w := range f {
+			v, err := strconv.ParseFloat(w, 64)
+			if w == "-nan" {
+				v, err = math.NaN(), nil
+			}
 			if err != nil {
 				break
 			}
-			row = append(row, v)
+			vals = append(vals, v)
 		}
-		if len(row) >= 3 {
-			return row, nil
+		if len(vals) == 0 {
+			continue
 		}
+		if len(vals) != len(names) {
+			return nil, fmt.Errorf("perftest's result row %q has %d numbers for %d columns %q", strings.TrimSpace(l), len(vals), len(names), names)
+		}
+		cols := make(map[string]float64, len(names))
+		for i, n := range names {
+			cols[n] = vals[i]
+		}
+		return cols, nil
 	}
-	return nil, fmt.Errorf("no result row in perftest's output:\n%s", out)
+	return nil, fmt.Errorf("no result table in perftest's output:\n%s", strings.TrimSpace(out))
 }

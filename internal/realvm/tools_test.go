@@ -1,27 +1,44 @@
 package realvm
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
-func TestPerftestRow(t *testing.T) {
+// perftest's result tables by column name: bandwidth, latency, C's -nan,
+// and errors for what does not add up.
+func TestPerftestColumns(t *testing.T) {
 	bw := `---------------------------------------------------------------------------------------
  #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
  65536      200              112.45             110.80 		   0.001773
 ---------------------------------------------------------------------------------------
 `
-	row, err := PerftestRow(bw)
-	if err != nil || len(row) != 5 || row[0] != 65536 || row[3] != 110.80 {
-		t.Fatalf("bandwidth: %v, %v", row, err)
+	cols, err := PerftestColumns(bw)
+	if err != nil || len(cols) != 5 || cols["#bytes"] != 65536 || cols["BW average[MB/sec]"] != 110.80 || cols["MsgRate[Mpps]"] != 0.001773 {
+		t.Fatalf("bandwidth: %v, %v", cols, err)
 	}
 	lat := ` #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
  8       200          41.20          95.31        44.10                45.02        4.01            70.11                95.31  
 `
-	if row, err = PerftestRow(lat); err != nil || len(row) != 9 || row[4] != 44.10 {
-		t.Fatalf("latency: %v, %v", row, err)
+	if cols, err = PerftestColumns(lat); err != nil || len(cols) != 9 || cols["t_typical[usec]"] != 44.10 || cols["99.9% percentile[usec]"] != 95.31 {
+		t.Fatalf("latency: %v, %v", cols, err)
 	}
-	if _, err := PerftestRow("Couldn't connect to 10.0.0.1:18515\n"); err == nil {
-		t.Fatal("no row, no error")
+	// C's "-nan" where perftest cannot tell a figure (t_stdev after a
+	// 273 ms outlier) is NaN; the rest of the row is read.
+	cols, err = PerftestColumns(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n" +
+		" 8       1000          77.88          273304.01      1080.33  \t       2090.92     \t-nan   \t\t23441.44 \t\t273304.01\n")
+	if err != nil || !math.IsNaN(cols["t_stdev[usec]"]) || cols["99% percentile[usec]"] != 23441.44 {
+		t.Fatalf("a row with -nan: %v, %v", cols, err)
 	}
-	if _, err := PerftestRow(" #bytes #iterations\n Conflicting CPU frequency values\n"); err == nil {
-		t.Fatal("a row of words was taken for numbers")
+	for name, out := range map[string]string{
+		"no table":    "Couldn't connect to 10.0.0.1:18515\n",
+		"header only": " #bytes     #iterations    BW peak[MiB/sec]\n------\n",
+		"short row":   " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]\n 65536 200 13.93\n",
+		"unit-less":   " #bytes     #iterations    BW peak\n 65536 200 13.93\n",
+		"words":       " #bytes #iterations\n Conflicting CPU frequency values\n",
+	} {
+		if cols, err := PerftestColumns(out); err == nil {
+			t.Errorf("%s: columns %v, want an error", name, cols)
+		}
 	}
 }
