@@ -20,40 +20,45 @@
 #include "vstellar.h"
 
 struct vstellar_pci_cap {
+	u8 cfg_type;
 	u8 bar;
 	u32 offset;
 	u32 length;
 };
 
+/* The virtio_pci_cap at config space offset @pos. */
+static void vstellar_pci_read_cap(struct pci_dev *pdev, int pos,
+				  struct vstellar_pci_cap *cap)
+{
+	pci_read_config_byte(pdev, pos +
+			     offsetof(struct virtio_pci_cap, cfg_type),
+			     &cap->cfg_type);
+	pci_read_config_byte(pdev, pos + offsetof(struct virtio_pci_cap, bar),
+			     &cap->bar);
+	pci_read_config_dword(pdev, pos +
+			      offsetof(struct virtio_pci_cap, offset),
+			      &cap->offset);
+	pci_read_config_dword(pdev, pos +
+			      offsetof(struct virtio_pci_cap, length),
+			      &cap->length);
+}
+
 /* What the virtio PCI transport does: the first usable one of a type. */
 static int vstellar_pci_find_cap(struct pci_dev *pdev, u8 type,
 				 struct vstellar_pci_cap *cap)
 {
-	u8 cfg_type, bar;
 	int pos;
 
 	for (pos = pci_find_capability(pdev, PCI_CAP_ID_VNDR); pos > 0;
 	     pos = pci_find_next_capability(pdev, pos, PCI_CAP_ID_VNDR)) {
-		pci_read_config_byte(pdev, pos +
-				     offsetof(struct virtio_pci_cap, cfg_type),
-				     &cfg_type);
-		pci_read_config_byte(pdev, pos +
-				     offsetof(struct virtio_pci_cap, bar),
-				     &bar);
-		if (cfg_type != type || bar >= PCI_STD_NUM_BARS)
+		vstellar_pci_read_cap(pdev, pos, cap);
+		if (cap->cfg_type != type || cap->bar >= PCI_STD_NUM_BARS)
 			continue;
-		if (!pci_resource_len(pdev, bar) ||
-		    !(pci_resource_flags(pdev, bar) & IORESOURCE_MEM))
+		if (!pci_resource_len(pdev, cap->bar) ||
+		    !(pci_resource_flags(pdev, cap->bar) & IORESOURCE_MEM))
 			continue;
-		cap->bar = bar;
-		pci_read_config_dword(pdev, pos +
-				      offsetof(struct virtio_pci_cap, offset),
-				      &cap->offset);
-		pci_read_config_dword(pdev, pos +
-				      offsetof(struct virtio_pci_cap, length),
-				      &cap->length);
 		if ((u64)cap->offset + cap->length >
-		    pci_resource_len(pdev, bar))
+		    pci_resource_len(pdev, cap->bar))
 			return -EINVAL;
 		return pos;
 	}
@@ -74,29 +79,19 @@ static bool vstellar_overlaps(u64 a, u64 alen, u64 b, u64 blen)
 static bool vstellar_notify_page_safe(struct pci_dev *pdev, u8 bar,
 				      u64 page_off)
 {
-	u8 cfg_type, cbar;
-	u32 off, len, tbl;
+	struct vstellar_pci_cap cap;
+	u32 tbl;
 	int pos;
 
 	for (pos = pci_find_capability(pdev, PCI_CAP_ID_VNDR); pos > 0;
 	     pos = pci_find_next_capability(pdev, pos, PCI_CAP_ID_VNDR)) {
-		pci_read_config_byte(pdev, pos +
-				     offsetof(struct virtio_pci_cap, cfg_type),
-				     &cfg_type);
-		pci_read_config_byte(pdev, pos +
-				     offsetof(struct virtio_pci_cap, bar),
-				     &cbar);
+		vstellar_pci_read_cap(pdev, pos, &cap);
 		/* PCI_CFG is a window in config space, not in a BAR. */
-		if (cfg_type == VIRTIO_PCI_CAP_NOTIFY_CFG ||
-		    cfg_type == VIRTIO_PCI_CAP_PCI_CFG || cbar != bar)
+		if (cap.cfg_type == VIRTIO_PCI_CAP_NOTIFY_CFG ||
+		    cap.cfg_type == VIRTIO_PCI_CAP_PCI_CFG || cap.bar != bar)
 			continue;
-		pci_read_config_dword(pdev, pos +
-				      offsetof(struct virtio_pci_cap, offset),
-				      &off);
-		pci_read_config_dword(pdev, pos +
-				      offsetof(struct virtio_pci_cap, length),
-				      &len);
-		if (vstellar_overlaps(off, len, page_off, PAGE_SIZE))
+		if (vstellar_overlaps(cap.offset, cap.length, page_off,
+				      PAGE_SIZE))
 			return false;
 	}
 	if (pdev->msix_cap) {
