@@ -142,7 +142,7 @@ func TestActivateShmem(t *testing.T) {
 	}
 	// The fd handed over is the region: what the guest writes through its
 	// mapping, the daemon sees.
-	gm, err := guestmem.Map(env.fds[0], 0, m.Len)
+	gm, err := guestmem.MapOwn(env.fds[0], 0, m.Len)
 	if err != nil {
 		t.Fatal(err)
 	}

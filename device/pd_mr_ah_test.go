@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vstellar/vstellar/emtt"
+	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -58,10 +59,13 @@ func translate(t *testing.T, d *Device, key, pd uint32, iova, n uint64) ([]byte,
 		return nil, err
 	}
 	var out []byte
-	for _, v := range views {
-		out = append(out, v.Bytes()...)
-	}
-	return out, nil
+	err = guestmem.Guard(func() error { // as the engine reads: guarded
+		for _, v := range views {
+			out = append(out, v.Bytes()...)
+		}
+		return nil
+	})
+	return out, err
 }
 
 func TestRegMRContiguous(t *testing.T) {

@@ -1299,7 +1299,7 @@ func (r *pvRun) hotAdd(s *pvSide) {
 		unix.Close(fd)
 		r.fatalf("ftruncate: %v", err)
 	}
-	m, err := guestmem.Map(fd, 0, size)
+	m, err := guestmem.MapOwn(fd, 0, size)
 	if err != nil {
 		unix.Close(fd)
 		r.fatalf("map: %v", err)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"runtime/debug"
 
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -24,19 +23,11 @@ func wrapStatus(err error, format string, args ...any) error {
 // rings) from a control-path goroutine, with a memory fault turned into
 // an error wrapping abi.StatusBadAddress instead of a crash of the whole
 // daemon: a front-end may truncate the memory file under us at any time.
-// The goroutine's previous fault setting is restored. fn must leave
-// nothing half-done that matters when it is cut short (locks it takes
-// are unlocked by defer).
-func touchGuest(what string, fn func()) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			if !guestmem.IsFault(r) {
-				panic(r)
-			}
-			err = statusErr(abi.StatusBadAddress, "%s: guest memory fault: %v", what, r)
-		}
-	}()
-	fn()
+// fn must leave nothing half-done that matters when it is cut short
+// (locks it takes are unlocked by defer).
+func touchGuest(what string, fn func()) error {
+	if err := guestmem.Guard(func() error { fn(); return nil }); err != nil {
+		return statusErr(abi.StatusBadAddress, "%s: %v", what, err)
+	}
 	return nil
 }

@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"fmt"
 	"runtime"
-	"runtime/debug"
 	"time"
 
 	"github.com/vstellar/vstellar/guestmem"
@@ -35,9 +33,6 @@ const (
 // of spinning; see sleep.
 func (e *Engine) run(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	// A guest that truncates its memory file under us makes our accesses
-	// fault; turn that into a panic we recover in pass.
-	debug.SetPanicOnFault(true)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	lastWork := e.now()
@@ -139,40 +134,36 @@ func (e *Engine) writePage(flags uint32, wakeups uint64) {
 	}
 	e.gate.RLock()
 	defer e.gate.RUnlock()
-	defer e.recoverFault()
 	if !e.running {
 		return
 	}
-	e.page.StoreUint32Release(abi.DevPageOffEngineFlags, flags)
-	if wakeups != 0 {
-		e.page.StoreUint64Release(abi.DevPageOffWakeups, wakeups)
-	}
+	e.guard(func() {
+		e.page.StoreUint32Release(abi.DevPageOffEngineFlags, flags)
+		if wakeups != 0 {
+			e.page.StoreUint64Release(abi.DevPageOffWakeups, wakeups)
+		}
+	})
 }
 
 // safePass runs one pass over the QPs with the gate held shared.
 func (e *Engine) safePass() (work bool, deadline int64) {
 	e.gate.RLock()
 	defer e.gate.RUnlock()
-	defer e.recoverFault()
 	if e.broken.Load() || !e.running {
 		return false, 0
 	}
-	return e.pass()
+	e.guard(func() { work, deadline = e.pass() })
+	return work, deadline
 }
 
-// recoverFault turns a memory fault on guest memory into a broken device:
-// every QP goes to ERR (QP_FATAL) and the engine stops touching guest
-// memory until Start, SetMemory or Reset. Anything else is a bug and
-// panics on.
-func (e *Engine) recoverFault() {
-	r := recover()
-	if r == nil {
-		return
+// guard runs fn, which touches guest memory, and turns a fault (a guest
+// that truncated its memory file under us) into a broken device: every QP
+// goes to ERR (QP_FATAL) and the engine stops touching guest memory until
+// Start, SetMemory or Reset.
+func (e *Engine) guard(fn func()) {
+	if err := guestmem.Guard(func() error { fn(); return nil }); err != nil {
+		e.memoryFaulted(err.Error())
 	}
-	if !guestmem.IsFault(r) {
-		panic(r)
-	}
-	e.memoryFaulted(fmt.Sprint(r))
 }
 
 // memoryFaulted marks the device broken after a fault on its guest

@@ -3,8 +3,6 @@ package engine
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
-	"runtime/debug"
 
 	"github.com/vstellar/vstellar/emtt"
 	"github.com/vstellar/vstellar/fabric"
@@ -52,16 +50,15 @@ func (e *Engine) respond(req *fabric.Request) (out fabric.Outcome) {
 	// Both guests' memory is touched here. A fault (a guest truncated its
 	// memory file) fails this request only; if it was our memory, the
 	// engine goroutine will fault on it too and stop this device.
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			if !guestmem.IsFault(r) {
-				panic(r)
-			}
-			e.log.Error("memory fault while responding", "qpn", q.qpn, "op", req.Op, "err", fmt.Sprint(r))
-			out = fabric.OutcomeRemoteOp
-		}
-	}()
+	if err := guestmem.Guard(func() error { out = e.respondOn(q, a, req); return nil }); err != nil {
+		e.log.Error("memory fault while responding", "qpn", q.qpn, "op", req.Op, "err", err)
+		return fabric.OutcomeRemoteOp
+	}
+	return out
+}
+
+// respondOn carries out a checked request on q under its responder lock.
+func (e *Engine) respondOn(q *qp, a *abi.QPAttr, req *fabric.Request) (out fabric.Outcome) {
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
 	defer q.rspHold.Release() // the pins this request's DMA took

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"errors"
-	"fmt"
-	"runtime/debug"
 
 	"github.com/vstellar/vstellar/emtt"
 	"github.com/vstellar/vstellar/fabric"
@@ -143,24 +141,16 @@ func (e *Engine) begin(req *fabric.Request) (_ fabric.Incoming, out fabric.Outco
 	in.op, in.len, in.srcQPN, in.imm, in.solicited = req.Op, req.Len, req.Src.QPN, req.Imm, req.Solicited
 	in.compare, in.swapAdd = req.Compare, req.SwapAdd
 	// The receive ring and the doorbell record are guest memory.
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			if !guestmem.IsFault(r) {
-				panic(r)
-			}
-			e.log.Error("memory fault while beginning a request", "qpn", q.qpn, "op", req.Op, "err", fmt.Sprint(r))
-			out = fabric.OutcomeRemoteOp
-		}
-		if out != fabric.OutcomeOK {
-			in.hold.Release()
-			e.putIncoming(in)
-		}
-	}()
-	if out = e.prepare(in, q, a, req); out != fabric.OutcomeOK {
+	if err := guestmem.Guard(func() error { out = e.prepare(in, q, a, req); return nil }); err != nil {
+		e.log.Error("memory fault while beginning a request", "qpn", q.qpn, "op", req.Op, "err", err)
+		out = fabric.OutcomeRemoteOp
+	}
+	if out != fabric.OutcomeOK {
 		if out == fabric.OutcomeRNR {
 			req.RNRTimer, req.HasRNRTimer = a.MinRNRTimer, true
 		}
+		in.hold.Release()
+		e.putIncoming(in)
 		return nil, out
 	}
 	q.rmu.Lock()
@@ -288,16 +278,14 @@ func (in *incoming) live() bool {
 	return e.running && !e.broken.Load() && e.memGen == in.gen && in.q.gen == in.qgen
 }
 
-// guard turns a fault on guest memory into ok = false (see respond). Use
-// as defer in.guard(&ok, "place").
-func (in *incoming) guard(ok *bool, what string) {
-	if r := recover(); r != nil {
-		if !guestmem.IsFault(r) {
-			panic(r)
-		}
-		in.e.log.Error("memory fault on a streamed request", "qpn", in.q.qpn, "op", in.op, "step", what, "err", fmt.Sprint(r))
-		*ok = false
+// guard runs fn, which touches guest memory, and reports false if it
+// faulted (see respond).
+func (in *incoming) guard(what string, fn func()) bool {
+	err := guestmem.Guard(func() error { fn(); return nil })
+	if err != nil {
+		in.e.log.Error("memory fault on a streamed request", "qpn", in.q.qpn, "op", in.op, "step", what, "err", err)
 	}
+	return err == nil
 }
 
 // Place implements fabric.Incoming.
@@ -313,17 +301,18 @@ func (in *incoming) Place(off uint64, b []byte) (ok bool) {
 		in.dead = true
 		return false
 	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if !ok {
-			in.dead = true
-		}
-	}()
-	defer in.guard(&ok, "place") // first: recover must be called by the deferred function itself
-	n := in.copyAt(off, b, true)
+	var n uint64
+	if !in.guard("place", func() { n = in.copyAt(off, b, true) }) {
+		in.dead = true
+		return false
+	}
 	in.placed += n
 	e.st.bytesReceived.Add(n)
-	return n == uint64(len(b))
+	if n != uint64(len(b)) {
+		in.dead = true
+		return false
+	}
+	return true
 }
 
 // Commit implements fabric.Incoming. A WRITE has taken effect piece by
@@ -333,22 +322,21 @@ func (in *incoming) Place(off uint64, b []byte) (ok bool) {
 // a QP still serving. A refusal leaves the receive queue and the word
 // untouched.
 func (in *incoming) Commit() (out fabric.Outcome) {
-	e := in.e
 	if in.released || in.dead || in.committed || !in.live() {
 		return fabric.OutcomeRemoteOp
 	}
-	q := in.q
-	ok := true
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if !ok {
-			out = fabric.OutcomeRemoteOp
-		}
-		if out == fabric.OutcomeOK {
-			in.committed = true
-		}
-	}()
-	defer in.guard(&ok, "commit") // runs first
+	if !in.guard("commit", func() { out = in.commit() }) {
+		return fabric.OutcomeRemoteOp
+	}
+	if out == fabric.OutcomeOK {
+		in.committed = true
+	}
+	return out
+}
+
+// commit carries out Commit on guest memory.
+func (in *incoming) commit() fabric.Outcome {
+	e, q := in.e, in.q
 	switch in.op {
 	case fabric.OpWrite, fabric.OpWriteImm, fabric.OpSend, fabric.OpSendImm:
 		if in.placed != in.len {
@@ -405,9 +393,10 @@ func (in *incoming) ReadAt(p []byte, off uint64) (ok bool) {
 	if in.op != fabric.OpRead || !in.committed || off > in.len || uint64(len(p)) > in.len-off || !in.live() {
 		return false
 	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer in.guard(&ok, "read")
-	n := in.copyAt(off, p, false)
+	var n uint64
+	if !in.guard("read", func() { n = in.copyAt(off, p, false) }) {
+		return false
+	}
 	e.st.bytesSent.Add(n)
 	return n == uint64(len(p))
 }

@@ -80,6 +80,7 @@ func (v View) Aligned(off, align uint64) bool {
 // the field's bit offset in it. The word may begin before the view or end
 // after it; it is still inside the page-aligned mapping.
 func (v View) word16(off uint64) (*uint32, uint) {
+	v.checkGuarded()
 	p := unsafe.Pointer(&v.b[off:][1]) // bounds-check both bytes
 	p = unsafe.Add(p, -1)
 	a := uintptr(p)
@@ -90,6 +91,7 @@ func (v View) word16(off uint64) (*uint32, uint) {
 }
 
 func (v View) ptr32(off uint64) *uint32 {
+	v.checkGuarded()
 	p := unsafe.Pointer(&v.b[off:][3])
 	p = unsafe.Add(p, -3)
 	if uintptr(p)&3 != 0 {
@@ -99,6 +101,7 @@ func (v View) ptr32(off uint64) *uint32 {
 }
 
 func (v View) ptr64(off uint64) *uint64 {
+	v.checkGuarded()
 	p := unsafe.Pointer(&v.b[off:][7])
 	p = unsafe.Add(p, -7)
 	if uintptr(p)&7 != 0 {

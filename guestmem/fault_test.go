@@ -2,16 +2,16 @@ package guestmem
 
 import (
 	"errors"
-	"runtime/debug"
 	"testing"
 
 	"golang.org/x/sys/unix"
 )
 
-// TestFaultAddr: touching memory whose file was truncated under the
-// mapping is a fault FaultAddr recognises, with the address; other
-// panics are not faults.
-func TestFaultAddr(t *testing.T) {
+// TestGuardTurnsAFaultIntoAnError: touching memory whose file was
+// truncated under the mapping is a fault Guard reports as a *FaultError
+// with the address; other panics go on; the goroutine's fault setting is
+// what it was before.
+func TestGuardTurnsAFaultIntoAnError(t *testing.T) {
 	fd := newMemfd(t, 1<<16)
 	m, err := Map(fd, 0, 1<<16)
 	if err != nil {
@@ -22,16 +22,26 @@ func TestFaultAddr(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := m.View()
-	got := func() (r any) {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer func() { r = recover() }()
+	err = Guard(func() error {
 		v.CopyIn(4096, []byte{1})
-		return nil
-	}()
-	addr, ok := FaultAddr(got)
-	if !ok || !IsFault(got) || addr == 0 {
-		t.Fatalf("fault %v: FaultAddr %#x %v", got, addr, ok)
+		return errors.New("not reached")
+	})
+	fe, ok := errors.AsType[*FaultError](err)
+	if !ok || fe.Addr == 0 {
+		t.Fatalf("Guard = %v, want a *FaultError with an address", err)
 	}
+	want := errors.New("fn's own error")
+	if err := Guard(func() error { return want }); err != want {
+		t.Errorf("Guard = %v, want fn's error", err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != "bug" {
+				t.Errorf("recovered %v, want the bug's panic", r)
+			}
+		}()
+		Guard(func() error { panic("bug") })
+	}()
 	for _, r := range []any{nil, "boom", errors.New("not a runtime error")} {
 		if IsFault(r) {
 			t.Errorf("%v taken for a fault", r)

@@ -85,7 +85,7 @@ func TestReserveAndMapFixed(t *testing.T) {
 func TestWindow(t *testing.T) {
 	ps := PageSize()
 	fd := memfd(t, 4*ps)
-	m, err := Map(fd, 0, 4*ps)
+	m, err := MapOwn(fd, 0, 4*ps)
 	if err != nil {
 		t.Fatal(err)
 	}

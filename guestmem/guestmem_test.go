@@ -23,13 +23,13 @@ func newMemfd(t *testing.T, size int64) int {
 
 func TestMapHonoursOffsetAndSharesBytes(t *testing.T) {
 	fd := newMemfd(t, 1<<20)
-	whole, err := Map(fd, 0, 1<<20)
+	whole, err := MapOwn(fd, 0, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer whole.Unmap()
 	// An offset that is not page-aligned still lands on the right byte.
-	part, err := Map(fd, 0x1234, 0x100)
+	part, err := MapOwn(fd, 0x1234, 0x100)
 	if err != nil {
 		t.Fatal(err)
 	}

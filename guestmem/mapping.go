@@ -22,11 +22,33 @@ type Mapping struct {
 	mem  []byte // whole mmap, page-aligned and page-rounded; nil once unmapped
 	skew uint64 // offset of the requested start inside mem
 	size uint64 // requested length
+	// checked: a front-end's file, whose accesses race builds check
+	// (see Guard).
+	checked bool
 }
 
 // Map maps size bytes of fd starting at file offset off, read-write and
 // shared. off need not be page-aligned. The fd may be closed afterwards.
+//
+// The file belongs to a front-end, which may shrink it under us at any
+// time: every access through the mapping must run inside Guard (race
+// builds check it).
 func Map(fd int, off, size uint64) (*Mapping, error) {
+	m, err := mapFile(fd, off, size)
+	if err != nil {
+		return nil, err
+	}
+	m.checked = true
+	registerChecked(m)
+	return m, nil
+}
+
+// MapOwn is Map for a file whose size nobody else can change: a memfd we
+// sealed against shrinking, or a simulated guest's own RAM. Accessing it
+// cannot fault, so it needs no Guard.
+func MapOwn(fd int, off, size uint64) (*Mapping, error) { return mapFile(fd, off, size) }
+
+func mapFile(fd int, off, size uint64) (*Mapping, error) {
 	if size == 0 {
 		return nil, errors.New("guestmem: zero-sized mapping")
 	}
@@ -54,8 +76,8 @@ func Map(fd int, off, size uint64) (*Mapping, error) {
 // mapping beyond the end of its file raises SIGBUS, which would take the
 // whole daemon down. Guest RAM comes in regular files (memfd, hugetlbfs,
 // tmpfs); the range must lie inside the file as it is now. A front-end that
-// shrinks an unsealed file later is caught by the fault handling of the
-// code that touches guest memory (see debug.SetPanicOnFault in vhost).
+// shrinks an unsealed file later makes the access fault, which Guard turns
+// into an error.
 func checkFile(fd int, off, size uint64) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -118,6 +140,9 @@ func (m *Mapping) Unmap() error {
 	defer m.mu.Unlock()
 	if m.mem == nil {
 		return nil
+	}
+	if m.checked {
+		unregisterChecked(m)
 	}
 	err := unix.Munmap(m.mem)
 	m.mem = nil

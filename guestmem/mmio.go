@@ -40,6 +40,7 @@ func (v View) MMIOWrite32(off uint64, x uint32) { mmioStore32((*uint32)(v.mmioPt
 // mmioPtr bounds-checks [off, off+n) and returns its address, which must
 // be n-aligned in host memory.
 func (v View) mmioPtr(off, n uint64) unsafe.Pointer {
+	v.checkGuarded()
 	end, ok := addNoOverflow(off, n)
 	if !ok || end > uint64(len(v.b)) {
 		panic(fmt.Sprintf("guestmem: MMIO access [%#x, +%d) of a %#x-byte view", off, n, len(v.b)))

@@ -52,7 +52,7 @@ func New(name string, size uint64) (*Region, error) {
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
 		return fail("seal", err)
 	}
-	m, err := guestmem.Map(fd, 0, size)
+	m, err := guestmem.MapOwn(fd, 0, size)
 	if err != nil {
 		return fail("map", err)
 	}

@@ -28,7 +28,7 @@ func mapLikeVMM(t *testing.T, r *Region) guestmem.View {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	m, err := guestmem.Map(fd, 0, r.Size())
+	m, err := guestmem.MapOwn(fd, 0, r.Size())
 	if err != nil {
 		t.Fatal(err)
 	}

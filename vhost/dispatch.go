@@ -3,6 +3,8 @@ package vhost
 import (
 	"errors"
 	"fmt"
+
+	"github.com/vstellar/vstellar/guestmem"
 )
 
 // route describes how one request is checked and handled. The dispatcher
@@ -100,7 +102,7 @@ func (s *session) dispatch(m *Message) error {
 	case !r.unowned && !s.owned:
 		err = fmt.Errorf("%v: %w", req, ErrNoOwner)
 	default:
-		reply, err = r.handle(s, m)
+		reply, err = s.handle(r, m)
 	}
 	if err != nil {
 		s.b.stats.FailedMsgs.Add(1)
@@ -116,6 +118,23 @@ func (s *session) dispatch(m *Message) error {
 	// waiting for it and unable to serve the back-end channel until then.
 	s.runAfterReply()
 	return nil
+}
+
+// handle runs the request's handler. Some handlers touch guest memory (a
+// ring's indices when it is configured or stopped): a fault there, in
+// memory the front-end shrank, fails the request and needs a device reset,
+// as on a ring.
+func (s *session) handle(r route, m *Message) (reply []byte, err error) {
+	err = guestmem.Guard(func() error {
+		var herr error
+		reply, herr = r.handle(s, m)
+		return herr
+	})
+	if fe, ok := errors.AsType[*guestmem.FaultError](err); ok {
+		s.markNeedsReset()
+		return nil, fmt.Errorf("%v: %w", Request(m.Request), fe)
+	}
+	return reply, err
 }
 
 // answer sends the reply a request is owed: its own reply body, a u64 error

@@ -62,7 +62,7 @@ func newTestGuest(t *testing.T, fe *rawFE) *testGuest {
 	}
 	var rs []guestmem.Region
 	for _, r := range (&testGuest{}).regions() {
-		mp, err := guestmem.Map(fd, r[3], r[1])
+		mp, err := guestmem.MapOwn(fd, r[3], r[1])
 		if err != nil {
 			t.Fatal(err)
 		}

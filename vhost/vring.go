@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,7 +260,7 @@ func (s *session) forgetRings() {
 	for _, r := range s.rings {
 		r.mu.Lock()
 		r.num, r.base, r.addr, r.q = 0, 0, nil, nil
-		r.enabled, r.broken = s.features&FeatureProtocolFeatures == 0, false
+			r.enabled, r.broken = s.features&FeatureProtocolFeatures == 0, false
 		r.mu.Unlock()
 	}
 }
@@ -530,22 +529,15 @@ func (r *vring) process() (notify bool, err error) {
 }
 
 // guarded runs f, which touches guest memory (the rings' indices and
-// notification fields as much as the buffers), turning a fault (a
-// front-end that shrank the file behind a region) into an error that
-// breaks this ring instead of a crash that would take every device down.
-// Other panics are bugs and propagate.
-func (r *vring) guarded(f func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			addr, ok := guestmem.FaultAddr(p)
-			if !ok {
-				panic(p)
-			}
-			err = fmt.Errorf("memory fault at %#x while processing queue %d: %v", addr, r.idx, p)
-		}
-	}()
-	return f()
+// notification fields as much as the buffers), so that a fault (a
+// front-end that shrank the file behind a region) breaks this ring
+// instead of taking every device down.
+func (r *vring) guarded(f func() error) error {
+	err := guestmem.Guard(f)
+	if fe, ok := errors.AsType[*guestmem.FaultError](err); ok {
+		return fmt.Errorf("queue %d: %w", r.idx, fe)
+	}
+	return err
 }
 
 // fail marks the ring broken after hostile input: it is no longer

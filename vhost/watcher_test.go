@@ -3,7 +3,6 @@ package vhost
 import (
 	"context"
 	"errors"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,22 +64,22 @@ func (d *watchDevice) snapshot() (cur *guestmem.Table, calls, overlaps, oldOK, o
 }
 
 // readable reads the first and last byte of every region of t and reports
-// whether all of them are still mapped. A read of unmapped memory faults;
-// SetPanicOnFault turns the fault into a recoverable panic.
-func readable(t *guestmem.Table) (ok bool) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if recover() != nil {
-			ok = false
+// whether all of them are still mapped: a Mapping we unmapped has an
+// empty View, and a read of memory unmapped behind its back faults, which
+// Guard reports.
+func readable(t *guestmem.Table) bool {
+	return guestmem.Guard(func() error {
+		var sum byte
+		for _, r := range t.Regions() {
+			b := r.Mapping.View().Bytes()
+			if len(b) == 0 {
+				return errors.New("unmapped")
+			}
+			sum += b[0] + b[len(b)-1]
 		}
-	}()
-	var sum byte
-	for _, r := range t.Regions() {
-		b := r.Mapping.View().Bytes()
-		sum += b[0] + b[len(b)-1]
-	}
-	_ = sum
-	return true
+		_ = sum
+		return nil
+	}) == nil
 }
 
 // TestMemoryWatcherSeesOldMemoryMapped checks the order the MemoryWatcher

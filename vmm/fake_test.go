@@ -292,7 +292,7 @@ func (b *fakeBackend) serve(c *net.UnixConn) {
 			var tregs []guestmem.Region
 			for i, rb := range rs {
 				r := fakeRegion{GPA: ne.Uint64(rb[0:]), Size: ne.Uint64(rb[8:]), UVA: ne.Uint64(rb[16:]), Off: ne.Uint64(rb[24:])}
-				mp, err := guestmem.Map(m.fds[i], r.Off, r.Size)
+				mp, err := guestmem.MapOwn(m.fds[i], r.Off, r.Size)
 				if err != nil {
 					b.t.Errorf("mapping region %+v: %v", r, err)
 					continue

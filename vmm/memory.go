@@ -54,7 +54,7 @@ func newGuestRAM(size uint64) (*guestRAM, error) {
 		r.close()
 		return nil, fmt.Errorf("sealing guest RAM: %w", err)
 	}
-	if r.mapping, err = guestmem.Map(fd, 0, size); err != nil {
+	if r.mapping, err = guestmem.MapOwn(fd, 0, size); err != nil {
 		r.close()
 		return nil, err
 	}

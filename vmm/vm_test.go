@@ -382,7 +382,7 @@ func TestShmemAndConfigChange(t *testing.T) {
 	}
 	defer unix.Close(mfd)
 	unix.Ftruncate(mfd, int64(ps))
-	host, err := guestmem.Map(mfd, 0, ps)
+	host, err := guestmem.MapOwn(mfd, 0, ps)
 	if err != nil {
 		t.Fatal(err)
 	}

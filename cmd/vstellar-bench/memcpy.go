@@ -20,7 +20,7 @@ func memfdBuffer(size uint64) (*guestmem.Mapping, error) {
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		return nil, fmt.Errorf("memfd: %w", err)
 	}
-	m, err := guestmem.Map(fd, 0, size)
+	m, err := guestmem.MapOwn(fd, 0, size)
 	if err != nil {
 		return nil, err
 	}

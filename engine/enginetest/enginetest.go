@@ -85,7 +85,7 @@ func NewGuest(t testing.TB, fab fabric.Fabric, name string, o Options) *Guest {
 		if err := unix.Ftruncate(g.Fd, int64(o.RAM)); err != nil {
 			t.Fatalf("ftruncate: %v", err)
 		}
-		g.RAM, err = guestmem.Map(g.Fd, 0, o.RAM)
+		g.RAM, err = guestmem.MapOwn(g.Fd, 0, o.RAM)
 	} else {
 		g.RAM, err = guestmem.MapAnonymous(o.RAM)
 	}

@@ -1,10 +1,6 @@
 package remote
 
-import (
-	"runtime/debug"
-
-	"github.com/vstellar/vstellar/guestmem"
-)
+import "github.com/vstellar/vstellar/guestmem"
 
 // readViews fills p with the bytes of vs (one buffer in pieces) at off.
 // false: the range is not all there, or the memory behind it faulted
@@ -16,30 +12,24 @@ func writeViews(vs []guestmem.View, off uint64, p []byte) bool { return copyView
 
 // copyViews copies between p and the bytes of vs at off: into vs if
 // into, else out of them.
-func copyViews(vs []guestmem.View, off uint64, p []byte, into bool) (ok bool) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			if !guestmem.IsFault(r) {
-				panic(r)
+func copyViews(vs []guestmem.View, off uint64, p []byte, into bool) bool {
+	err := guestmem.Guard(func() error {
+		for _, v := range vs {
+			if len(p) == 0 {
+				break
 			}
-			ok = false
+			if n := v.Len(); off >= n {
+				off -= n
+				continue
+			}
+			if into {
+				p = p[v.CopyIn(off, p):]
+			} else {
+				p = p[v.CopyOut(p, off):]
+			}
+			off = 0
 		}
-	}()
-	for _, v := range vs {
-		if len(p) == 0 {
-			break
-		}
-		if n := v.Len(); off >= n {
-			off -= n
-			continue
-		}
-		if into {
-			p = p[v.CopyIn(off, p):]
-		} else {
-			p = p[v.CopyOut(p, off):]
-		}
-		off = 0
-	}
-	return len(p) == 0
+		return nil
+	})
+	return err == nil && len(p) == 0
 }

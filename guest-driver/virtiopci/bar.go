@@ -20,7 +20,7 @@ func mapResource(path string, size uint64) (*guestmem.Mapping, error) {
 		return nil, fmt.Errorf("virtiopci: open %s: %w", path, err)
 	}
 	defer unix.Close(fd)
-	m, err := guestmem.Map(fd, 0, size)
+	m, err := guestmem.MapOwn(fd, 0, size)
 	if err != nil {
 		return nil, fmt.Errorf("virtiopci: map %s: %w", path, err)
 	}

@@ -39,7 +39,7 @@ func (h hugetlb) chunk(pages int) (*guestmem.Mapping, []uint64, error) {
 	}
 	// A shared hugetlb mapping reserves its pages at mmap time, so a
 	// short pool fails here rather than with SIGBUS on first touch.
-	m, err := guestmem.Map(fd, 0, size)
+	m, err := guestmem.MapOwn(fd, 0, size)
 	if err != nil {
 		return nil, nil, fmt.Errorf("virtiopci: %d huge pages: %w", pages, err)
 	}

@@ -137,7 +137,7 @@ func TestBackendChannelShmem(t *testing.T) {
 	if err := unix.Ftruncate(mfd, int64(2*ps)); err != nil {
 		t.Fatal(err)
 	}
-	host, err := guestmem.Map(mfd, 0, 2*ps)
+	host, err := guestmem.MapOwn(mfd, 0, 2*ps)
 	if err != nil {
 		t.Fatal(err)
 	}
