@@ -3,6 +3,7 @@ package device
 import (
 	"github.com/vstellar/vstellar/emtt"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/vhost"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -61,6 +62,11 @@ func (d *Device) setDoorbellArea(c *cmd, payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fail(abi.StatusBadAddress, "doorbell area %#x+%#x: %v", r.Addr, r.Length, err)
 	}
+	if vq, ok := d.overlapsVirtqueue(vhost.GuestRange{GPA: r.Addr, Len: r.Length}); ok {
+		// The device zeroes the area and the engine writes it: over a
+		// virtqueue it would break the device's own control path.
+		return nil, fail(abi.StatusBadAddress, "doorbell area %#x+%#x overlaps virtqueue memory %#x+%#x", r.Addr, r.Length, vq.GPA, vq.Len)
+	}
 	span := emtt.Span{GPA: r.Addr, Len: r.Length}
 	if err := d.mtt.ReserveIO(span); err != nil {
 		return nil, mttError(err)
@@ -72,4 +78,19 @@ func (d *Device) setDoorbellArea(c *cmd, payload []byte) ([]byte, error) {
 		return nil, fail(abi.StatusDeviceError, "starting the engine: %v", err)
 	}
 	return c.out, nil
+}
+
+// overlapsVirtqueue returns the virtqueue ring memory that g overlaps, if
+// any.
+func (d *Device) overlapsVirtqueue(g vhost.GuestRange) (vhost.GuestRange, bool) {
+	env := d.env.Load()
+	if env == nil {
+		return vhost.GuestRange{}, false
+	}
+	for _, vq := range (*env).RingMemory() {
+		if vq.Overlaps(g) {
+			return vq, true
+		}
+	}
+	return vhost.GuestRange{}, false
 }

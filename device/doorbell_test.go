@@ -40,6 +40,7 @@ func TestDoorbellAreaFallback(t *testing.T) {
 			g.must(abi.OpRegMR, &abi.RegMRReq{PDN: pdn, IOVA: area + size, Length: ps, Addr: area + size}, &mr)
 
 			ram := uint64(64 << 20)
+			ctrl, event := g.vm.Queue(abi.QueueControl).Addrs(), g.vm.Queue(abi.QueueEvent).Addrs()
 			for _, c := range []struct {
 				name string
 				req  abi.SetDoorbellAreaReq
@@ -51,6 +52,10 @@ func TestDoorbellAreaFallback(t *testing.T) {
 				{"straddles the end of RAM", abi.SetDoorbellAreaReq{Addr: ram - ps, Length: size}, abi.StatusBadAddress},
 				{"wraps", abi.SetDoorbellAreaReq{Addr: ^uint64(0) &^ (ps - 1), Length: size}, abi.StatusBadAddress},
 				{"over a live MR", abi.SetDoorbellAreaReq{Addr: area, Length: size + ps}, abi.StatusBadAddress},
+				// Zeroed and written by the device, it would break the
+				// device's own queues.
+				{"over the control queue", abi.SetDoorbellAreaReq{Addr: ctrl.Used &^ (ps - 1), Length: size}, abi.StatusBadAddress},
+				{"over the event queue", abi.SetDoorbellAreaReq{Addr: event.Desc &^ (ps - 1), Length: size}, abi.StatusBadAddress},
 			} {
 				if st := g.do(abi.OpSetDoorbellArea, &c.req, nil); st != c.want {
 					t.Errorf("%s: %v, want %v", c.name, st, c.want)

@@ -37,6 +37,7 @@ type fakeEnv struct {
 	mem       *guestmem.Table
 	mapErr    error
 	mappings  []vhost.ShmemMapping
+	rings     []vhost.GuestRange
 	fds       []int
 	scheduled []int
 }
@@ -62,6 +63,11 @@ func (e *fakeEnv) UnmapShmem(context.Context, vhost.ShmemMapping) error {
 	return errors.New("unexpected unmap")
 }
 func (e *fakeEnv) ConfigChanged(context.Context) error { return nil }
+func (e *fakeEnv) RingMemory() []vhost.GuestRange {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rings
+}
 
 var _ vhost.Env = (*fakeEnv)(nil)
 

@@ -66,6 +66,11 @@ type Env interface {
 	UnmapShmem(ctx context.Context, m ShmemMapping) error
 	// ConfigChanged tells the driver that config space changed.
 	ConfigChanged(ctx context.Context) error
+	// RingMemory is where the configured virtqueues live in guest
+	// memory (descriptor tables, available and used rings): memory the
+	// device must never take for anything else, as a hostile driver may
+	// ask it to (a doorbell area over the control queue).
+	RingMemory() []GuestRange
 	// Schedule asks for queue idx to be processed on its worker as if the
 	// driver had kicked it: the way a device delivers something that
 	// arose outside ProcessQueue (an asynchronous event) into buffers the
@@ -73,6 +78,16 @@ type Env interface {
 	// goroutine, also from one the device's ProcessQueue is waiting for;
 	// it does nothing for an unknown index or a ring that is not running.
 	Schedule(idx int)
+}
+
+// GuestRange is Len bytes of guest physical memory at GPA.
+type GuestRange struct {
+	GPA, Len uint64
+}
+
+// Overlaps reports whether r and o share a byte.
+func (r GuestRange) Overlaps(o GuestRange) bool {
+	return r.Len != 0 && o.Len != 0 && r.GPA < o.GPA+o.Len && o.GPA < r.GPA+r.Len
 }
 
 // MemoryWatcher is implemented by devices that keep their own references

@@ -167,4 +167,16 @@ func (s *session) Schedule(idx int) {
 	}
 }
 
+// RingMemory reads each ring's published ranges without taking its lock:
+// the caller is a ProcessQueue holding one.
+func (s *session) RingMemory() []GuestRange {
+	var out []GuestRange
+	for _, r := range s.rings {
+		if rs := r.ranges.Load(); rs != nil {
+			out = append(out, rs[:]...)
+		}
+	}
+	return out
+}
+
 var _ Env = (*session)(nil)

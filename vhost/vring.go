@@ -50,6 +50,9 @@ type vring struct {
 	pollMode bool
 	// running mirrors worker() for Env.Schedule, which must not take mu.
 	running atomic.Bool
+	// ranges mirrors q's place in guest memory for Env.RingMemory, which
+	// the device calls from inside ProcessQueue (with mu held).
+	ranges atomic.Pointer[[3]GuestRange]
 }
 
 func newVring(s *session, idx int) *vring {
@@ -88,6 +91,7 @@ func (s *session) setVringNum(m *Message) ([]byte, error) {
 		return nil, fmt.Errorf("queue %d: %w", r.idx, errRingStarted)
 	}
 	r.num, r.q, r.addr = uint16(st.Num), nil, nil
+	r.ranges.Store(nil)
 	return nil, nil
 }
 
@@ -148,6 +152,9 @@ func (s *session) setVringAddr(m *Message) ([]byte, error) {
 		}
 	}
 	r.addr, r.q, r.mem = &a, q, mem
+	ra := q.Addrs()
+	d, av, u := virtio.RingSizes(r.num)
+	r.ranges.Store(&[3]GuestRange{{ra.Desc, d}, {ra.Avail, av}, {ra.Used, u}})
 	return nil, nil
 }
 
@@ -260,7 +267,8 @@ func (s *session) forgetRings() {
 	for _, r := range s.rings {
 		r.mu.Lock()
 		r.num, r.base, r.addr, r.q = 0, 0, nil, nil
-			r.enabled, r.broken = s.features&FeatureProtocolFeatures == 0, false
+		r.ranges.Store(nil)
+		r.enabled, r.broken = s.features&FeatureProtocolFeatures == 0, false
 		r.mu.Unlock()
 	}
 }
@@ -273,6 +281,7 @@ func (r *vring) release() {
 	r.closeFD(&r.callFD)
 	r.closeFD(&r.errFD)
 	r.q, r.addr, r.mem = nil, nil, nil
+	r.ranges.Store(nil)
 }
 
 func (r *vring) closeFD(fd *int) {
