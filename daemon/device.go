@@ -41,7 +41,8 @@ const (
 	// one to finish. A VMM that reconnects at once (or restarts) closes
 	// its old socket just before dialling again, while the back-end may
 	// still be tearing the old connection down; only a front-end still
-	// connected after this is refused.
+	// connected after this is refused. One connection at a time waits;
+	// any other that comes meanwhile is refused at once.
 	reconnectGrace = 500 * time.Millisecond
 )
 
@@ -68,6 +69,7 @@ type device struct {
 	mu          sync.Mutex
 	active      *net.UnixConn
 	activeDone  chan struct{} // closed when the active connection's Serve returns
+	waiting     bool          // a new connection waits out reconnectGrace
 	connections uint64
 	refused     uint64
 	lastErr     string
@@ -157,26 +159,53 @@ func (d *device) acceptLoop() {
 			continue
 		}
 		backoff = 5 * time.Millisecond
-		d.awaitIdle(reconnectGrace)
 		d.mu.Lock()
-		if d.active != nil || d.ctx.Err() != nil {
-			d.refused++
+		switch {
+		case d.ctx.Err() != nil || d.active != nil && d.waiting:
+			d.refuseLocked(conn)
+		case d.active != nil:
+			// The loop never blocks on a busy device: a queue of hostile
+			// connections is drained at once, not one per grace period.
+			d.waiting = true
 			d.mu.Unlock()
-			d.log.Warn("refusing front-end connection: another one is active", peerAttrs(conn)...)
-			conn.Close()
-			continue
+			d.wg.Go(func() {
+				d.awaitIdle(reconnectGrace)
+				d.mu.Lock()
+				d.waiting = false
+				d.startLocked(conn)
+			})
+		default:
+			d.startLocked(conn)
 		}
-		d.active = conn
-		done := make(chan struct{})
-		d.activeDone = done
-		d.connections++
-		n := d.connections
-		d.mu.Unlock()
-		d.wg.Go(func() {
-			defer close(done)
-			d.serve(conn, n)
-		})
 	}
+}
+
+// startLocked serves conn if the device is free, else refuses it. It
+// unlocks d.mu.
+func (d *device) startLocked(conn *net.UnixConn) {
+	if d.active != nil || d.ctx.Err() != nil {
+		d.refuseLocked(conn)
+		return
+	}
+	d.active = conn
+	done := make(chan struct{})
+	d.activeDone = done
+	d.connections++
+	n := d.connections
+	d.mu.Unlock()
+	d.wg.Go(func() {
+		defer close(done)
+		d.serve(conn, n)
+	})
+}
+
+// refuseLocked closes conn, which came while another front-end holds the
+// device. It unlocks d.mu.
+func (d *device) refuseLocked(conn *net.UnixConn) {
+	d.refused++
+	d.mu.Unlock()
+	d.log.Warn("refusing front-end connection: another one is active", peerAttrs(conn)...)
+	conn.Close()
 }
 
 // awaitIdle waits up to grace for the active connection, if any, to end.

@@ -76,6 +76,37 @@ func TestImmediateReconnectIsServed(t *testing.T) {
 	}
 }
 
+// Connections queued on a busy device are refused at once, not one per
+// reconnect grace (500 ms each: a hostile front-end could hold a VMM's
+// reconnect behind hundreds of them for minutes).
+func TestQueuedConnectionsRefusedAtOnce(t *testing.T) {
+	f := &daemontest.Factory{}
+	m := newManager(t, testConfig(t, f))
+	d, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "d0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := dial(t, d.Socket)
+	ping(t, c1)
+	const n = 20
+	start := time.Now()
+	var queued []*net.UnixConn
+	for range n {
+		queued = append(queued, dial(t, d.Socket))
+	}
+	for _, c := range queued {
+		expectClosed(t, c)
+	}
+	// One of them may wait out the grace; the rest must not.
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("%d queued connections refused in %v", n, took)
+	}
+	ping(t, c1)
+	if i := info(t, m, "d0"); i.Refused != n || i.Connections != 1 {
+		t.Fatalf("after the queue: %+v", i)
+	}
+}
+
 func TestGarbageDropsOnlyThatConnection(t *testing.T) {
 	f := &daemontest.Factory{}
 	m := newManager(t, testConfig(t, f))
