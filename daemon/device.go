@@ -250,6 +250,12 @@ func (d *device) serve(conn *net.UnixConn, n uint64) {
 	default:
 		log.Info("front-end disconnected", "duration", time.Since(start))
 	}
+	// A connection's buffers (message payloads, translation tables, rings'
+	// bookkeeping) are garbage now. Without this the runtime keeps the
+	// heap it grew to for minutes, and the daemon's RSS reads as if the
+	// front-end that left (perhaps a hostile one) still cost memory.
+	// Disconnects are rare; one collection each is cheap.
+	debug.FreeOSMemory()
 }
 
 // destroy tears the device down in order: stop accepting, tell the
