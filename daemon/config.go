@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vstellar/vstellar/internal/units"
 	"github.com/vstellar/vstellar/pvdma"
 )
 
@@ -128,29 +128,34 @@ func (s DeviceSpec) PinMode() (pvdma.Mode, error) {
 	}
 	m, err := pvdma.ParseMode(s.Pin.Mode)
 	if err != nil {
-		return 0, fmt.Errorf("%w: device %q: pin: %w", ErrInvalid, s.Name, err)
+		return 0, badValue("pin.mode", "%q: want on-demand, at-reg-mr or all", s.Pin.Mode)
 	}
 	return m, nil
 }
 
-// Validate checks the spec. Errors wrap ErrInvalid.
+// Validate checks the spec: its name, pin policy and limits. Errors are
+// *ConfigError (so wrap ErrInvalid) with paths inside the spec
+// ("limits.max_qp"); several limits out of range are reported together.
 func (s DeviceSpec) Validate() error {
 	if err := ValidateName(s.Name); err != nil {
+		return underPath("name", err)
+	}
+	mode, err := s.PinMode()
+	if err != nil {
 		return err
 	}
-	if _, err := s.PinMode(); err != nil {
-		return err
+	if s.Pin != nil && s.Pin.Budget != 0 {
+		switch {
+		case mode == pvdma.ModeAll:
+			// Mode all pins whole regions against the host budget only
+			// (pvdma): a device budget would silently do nothing.
+			return badValue("pin.budget_bytes", "has no effect with mode all, which pins all guest memory against the host's pin_budget_bytes")
+		case s.Pin.Budget < pvdma.ChunkSize:
+			return badValue("pin.budget_bytes", "%d is below one pinning chunk (%s)", s.Pin.Budget, units.FormatSize(pvdma.ChunkSize))
+		}
 	}
-	if len(s.Limits) == 0 {
-		return nil
-	}
-	if !json.Valid(s.Limits) {
-		return fmt.Errorf("%w: device %q: limits is not valid JSON", ErrInvalid, s.Name)
-	}
-	if l := bytes.TrimSpace(s.Limits); !bytes.Equal(l, []byte("null")) && l[0] != '{' {
-		return fmt.Errorf("%w: device %q: limits must be a JSON object", ErrInvalid, s.Name)
-	}
-	return nil
+	_, err = parseLimits(s.Limits)
+	return err
 }
 
 // DefaultConfig returns a Config with every default filled in.
@@ -165,73 +170,152 @@ func DefaultConfig() Config {
 }
 
 // LoadConfigFile reads a JSON config file on top of DefaultConfig.
-// Unknown fields are errors, so a misspelt key is never silently ignored.
-// The result is not validated; call Validate after applying overrides.
+// Unknown keys are errors, so a misspelt key is never silently ignored.
+// Errors are *ConfigError naming the file, the line and column, and the
+// key. The result's file values are checked; call Validate after
+// applying overrides.
 func LoadConfigFile(path string) (Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("config file: %w", err)
+		// The PathError names the file already.
+		return Config{}, &ConfigError{Err: err, off: -1}
 	}
 	defer f.Close()
-	cfg, err := ParseConfig(io.LimitReader(f, maxConfigFileSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigFileSize+1))
 	if err != nil {
-		return Config{}, fmt.Errorf("config file %s: %w", path, err)
+		return Config{}, &ConfigError{Err: err, off: -1}
 	}
-	return cfg, nil
+	return parseConfig(path, data)
 }
 
 // ParseConfig decodes a JSON config on top of DefaultConfig. See
-// LoadConfigFile.
+// LoadConfigFile; errors name no file.
 func ParseConfig(r io.Reader) (Config, error) {
-	data, err := io.ReadAll(r)
+	data, err := io.ReadAll(io.LimitReader(r, maxConfigFileSize+1))
 	if err != nil {
 		return Config{}, err
 	}
-	if len(data) > maxConfigFileSize {
-		return Config{}, fmt.Errorf("%w: config is larger than %d bytes", ErrInvalid, maxConfigFileSize)
+	return parseConfig("", data)
+}
+
+// configFile is Config as the file writes it: sizes may take a unit
+// ("64G"). Its own fields hide the embedded ones of the same JSON name.
+type configFile struct {
+	configFields
+	PinBudget units.Size   `json:"pin_budget_bytes"`
+	Devices   []deviceFile `json:"devices"`
+}
+
+type configFields Config
+
+type deviceFile struct {
+	deviceFields
+	Pin *pinFile `json:"pin,omitempty"`
+}
+
+type deviceFields DeviceSpec
+
+type pinFile struct {
+	Mode   string     `json:"mode,omitempty"`
+	Budget units.Size `json:"budget_bytes,omitempty"`
+}
+
+// parseConfig decodes data, the config named source, and checks the
+// values that the file alone decides (each device, the sizes), locating
+// each error in data.
+func parseConfig(source string, data []byte) (Config, error) {
+	fail := func(err error) (Config, error) {
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			ce = &ConfigError{Err: err, off: -1}
+		}
+		if ce.off < 0 && ce.Path != "" {
+			for _, v := range indexJSON(data) {
+				if v.path == ce.Path {
+					ce.off = v.start // the last: the decoder keeps a repeated key's last value
+				}
+			}
+		}
+		return Config{}, ce.Locate(source, data)
 	}
-	cfg := DefaultConfig()
-	if err := DecodeStrict(data, &cfg); err != nil {
-		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if len(data) > maxConfigFileSize {
+		return fail(fmt.Errorf("larger than %d bytes", maxConfigFileSize))
+	}
+	f := configFile{configFields: configFields(DefaultConfig())}
+	if err := decodeLocated(data, &f); err != nil {
+		return fail(err)
+	}
+	cfg := Config(f.configFields)
+	cfg.PinBudget = uint64(f.PinBudget)
+	cfg.Devices = nil
+	for _, d := range f.Devices {
+		spec := DeviceSpec(d.deviceFields)
+		if d.Pin != nil {
+			spec.Pin = &PinSpec{Mode: d.Pin.Mode, Budget: uint64(d.Pin.Budget)}
+		}
+		cfg.Devices = append(cfg.Devices, spec)
+	}
+	if err := cfg.validateFields(); err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) && ce.off >= 0 {
+			// Offsets inside a device's limits count from its object.
+			for _, v := range indexJSON(data) {
+				if strings.HasSuffix(v.path, ".limits") && strings.HasPrefix(ce.Path+".", v.path+".") {
+					ce.off += v.start
+					break
+				}
+			}
+		}
+		return fail(err)
 	}
 	return cfg, nil
 }
 
 // DecodeStrict decodes data, exactly one JSON value, into v, rejecting
 // unknown fields and trailing data: the rule for every JSON the daemon
-// accepts (config file, API bodies, device limits).
-func DecodeStrict(data []byte, v any) error { return decodeStrict(bytes.NewReader(data), v) }
+// accepts (config file, API bodies, device limits). Errors are
+// *ConfigError naming the key at fault.
+func DecodeStrict(data []byte, v any) error { return decodeLocated(data, v) }
 
-// decodeStrict is DecodeStrict on a reader.
+// decodeStrict is DecodeStrict on a reader; the reader's own errors (an
+// http.MaxBytesError) come back unchanged.
 func decodeStrict(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return errors.New("empty JSON document")
-		}
+	data, err := io.ReadAll(r)
+	if err != nil {
 		return err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("trailing data after the JSON document")
+	return decodeLocated(data, v)
+}
+
+// Validate checks every field and reports the first problem (all the
+// limits of a device at once). Errors are *ConfigError, which wrap
+// ErrInvalid, naming the key. Factory is checked by New, not here.
+func (c Config) Validate() error {
+	if err := c.validateFields(); err != nil {
+		return err
+	}
+	if c.Fabric != nil {
+		if err := c.Fabric.validate(); err != nil {
+			return underPath("fabric", err)
+		}
 	}
 	return nil
 }
 
-// Validate checks every field and reports the first problem. Errors wrap
-// ErrInvalid. Factory is checked by New, not here.
-func (c Config) Validate() error {
+// validateFields is Validate but for the fabric, which flags may
+// complete: what a config file alone decides.
+func (c Config) validateFields() error {
 	if c.RunDir == "" {
-		return fmt.Errorf("%w: run_dir is empty", ErrInvalid)
+		return badValue("run_dir", "is empty")
 	}
 	if !filepath.IsAbs(c.RunDir) {
-		return fmt.Errorf("%w: run_dir %q is not an absolute path", ErrInvalid, c.RunDir)
+		return badValue("run_dir", "%q is not an absolute path", c.RunDir)
 	}
 	// Device sockets are checked when created, as their length depends
 	// on the name; a run dir too long for the API socket is useless.
 	if n := len(filepath.Join(c.RunDir, APISocketName)); n > sunPathMax {
-		return fmt.Errorf("%w: run_dir %q is too long: the API socket path would be %d bytes, the limit is %d",
-			ErrInvalid, c.RunDir, n, sunPathMax)
+		return badValue("run_dir", "%q is too long: the API socket path would be %d bytes, the limit is %d",
+			c.RunDir, n, sunPathMax)
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		return err
@@ -240,28 +324,40 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.SocketMode.validate(); err != nil {
-		return err
+		return underPath("socket_mode", err)
 	}
 	if d := time.Duration(c.ShutdownTimeout); d <= 0 || d > maxShutdownTimeout {
-		return fmt.Errorf("%w: shutdown_timeout %v is out of range (0, %v]", ErrInvalid, d, maxShutdownTimeout)
+		return badValue("shutdown_timeout", "%v is out of range (more than 0, at most %v)", d, maxShutdownTimeout)
+	}
+	if err := c.checkPinBudget(); err != nil {
+		return err
 	}
 	if c.MetricsListen != "" {
 		if err := checkTCPAddr(c.MetricsListen); err != nil {
-			return fmt.Errorf("%w: metrics_listen: %w", ErrInvalid, err)
+			return underPath("metrics_listen", err)
 		}
 	}
-	if c.Fabric != nil {
-		if err := c.Fabric.validate(); err != nil {
-			return err
-		}
+	return c.validateDevices()
+}
+
+// checkPinBudget refuses a host budget that cannot hold one pinning
+// chunk: every DMA would fail.
+func (c Config) checkPinBudget() error {
+	if c.PinBudget != 0 && c.PinBudget < pvdma.ChunkSize {
+		return badValue("pin_budget_bytes", "%d is below one pinning chunk (%s); 0 means no budget", c.PinBudget, units.FormatSize(pvdma.ChunkSize))
 	}
+	return nil
+}
+
+// validateDevices checks each device and that no name is listed twice.
+func (c Config) validateDevices() error {
 	seen := make(map[string]bool, len(c.Devices))
 	for i, d := range c.Devices {
 		if err := d.Validate(); err != nil {
-			return fmt.Errorf("devices[%d]: %w", i, err)
+			return underPath("devices"+pathIndex(i), err)
 		}
 		if seen[d.Name] {
-			return fmt.Errorf("%w: devices[%d]: device %q is listed twice", ErrInvalid, i, d.Name)
+			return badValue("devices"+pathIndex(i)+".name", "%q is listed twice", d.Name)
 		}
 		seen[d.Name] = true
 	}
@@ -280,12 +376,12 @@ func ParseLogLevel(s string) (slog.Level, error) {
 	case "error":
 		return slog.LevelError, nil
 	}
-	return 0, fmt.Errorf("%w: log level %q: want debug, info, warn or error", ErrInvalid, s)
+	return 0, badValue("log_level", "%q: want debug, info, warn or error", s)
 }
 
 func checkLogFormat(s string) error {
 	if s != "text" && s != "json" {
-		return fmt.Errorf("%w: log format %q: want text or json", ErrInvalid, s)
+		return badValue("log_format", "%q: want text or json", s)
 	}
 	return nil
 }
@@ -302,7 +398,7 @@ func (m *FileMode) Set(s string) error {
 	t := strings.TrimPrefix(strings.TrimPrefix(s, "0o"), "0O")
 	v, err := strconv.ParseUint(t, 8, 32)
 	if err != nil || t == "" {
-		return fmt.Errorf("%w: socket mode %q is not an octal number like 0660", ErrInvalid, s)
+		return fmt.Errorf("%w: %q is not an octal number like 0660", ErrInvalid, s)
 	}
 	*m = FileMode(v)
 	return m.validate()
@@ -310,10 +406,10 @@ func (m *FileMode) Set(s string) error {
 
 func (m FileMode) validate() error {
 	if m&^0o777 != 0 {
-		return fmt.Errorf("%w: socket mode %s has bits outside 0777", ErrInvalid, m)
+		return fmt.Errorf("%w: %s has bits outside 0777", ErrInvalid, m)
 	}
 	if m&0o600 != 0o600 {
-		return fmt.Errorf("%w: socket mode %s must give the owner read and write (0600)", ErrInvalid, m)
+		return fmt.Errorf("%w: %s must give the owner read and write (0600)", ErrInvalid, m)
 	}
 	return nil
 }
@@ -326,7 +422,7 @@ func (m FileMode) MarshalJSON() ([]byte, error) { return json.Marshal(m.String()
 func (m *FileMode) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("socket_mode must be an octal string such as \"0660\", got %s", b)
+		return fmt.Errorf("want an octal string such as \"0660\", got %s", b)
 	}
 	return m.Set(s)
 }
@@ -344,11 +440,11 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string such as \"10s\", got %s", b)
+		return fmt.Errorf("want a duration string such as \"10s\", got %s", b)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return err
+		return fmt.Errorf("%q: want a duration such as \"10s\" or \"1m30s\"", s)
 	}
 	*d = Duration(v)
 	return nil

@@ -93,8 +93,8 @@ func TestConfigValidate(t *testing.T) {
 		{"relative run dir", func(c *daemon.Config) { c.RunDir = "run" }, "absolute"},
 		{"empty run dir", func(c *daemon.Config) { c.RunDir = "" }, "empty"},
 		{"long run dir", func(c *daemon.Config) { c.RunDir = "/" + strings.Repeat("d", 100) }, "too long"},
-		{"log level", func(c *daemon.Config) { c.LogLevel = "chatty" }, "log level"},
-		{"log format", func(c *daemon.Config) { c.LogFormat = "xml" }, "log format"},
+		{"log level", func(c *daemon.Config) { c.LogLevel = "chatty" }, `log_level: "chatty": want debug`},
+		{"log format", func(c *daemon.Config) { c.LogFormat = "xml" }, `log_format: "xml": want text or json`},
 		{"mode without owner rw", func(c *daemon.Config) { c.SocketMode = 0o060 }, "owner"},
 		{"mode with setuid", func(c *daemon.Config) { c.SocketMode = 0o4600 }, "outside 0777"},
 		{"zero timeout", func(c *daemon.Config) { c.ShutdownTimeout = 0 }, "shutdown_timeout"},
@@ -102,10 +102,23 @@ func TestConfigValidate(t *testing.T) {
 		{"duplicate device", func(c *daemon.Config) { c.Devices = []daemon.DeviceSpec{{Name: "a"}, {Name: "a"}} }, "twice"},
 		{"pin mode", func(c *daemon.Config) {
 			c.Devices = []daemon.DeviceSpec{{Name: "a", Pin: &daemon.PinSpec{Mode: "eager"}}}
-		}, "pin mode"},
+		}, `devices[0].pin.mode: "eager": want on-demand`},
 		{"limits not object", func(c *daemon.Config) {
 			c.Devices = []daemon.DeviceSpec{{Name: "a", Limits: json.RawMessage(`[1]`)}}
-		}, "JSON object"},
+		}, "devices[0].limits: want a JSON object, got array"},
+		{"limit zero", func(c *daemon.Config) {
+			c.Devices = []daemon.DeviceSpec{{Name: "a", Limits: json.RawMessage(`{"max_qp": 0}`)}}
+		}, "devices[0].limits.max_qp: 0 is out of range: leave the key out for the default"},
+		{"limit too large", func(c *daemon.Config) {
+			c.Devices = []daemon.DeviceSpec{{Name: "a", Limits: json.RawMessage(`{"max_qp": 999999}`)}}
+		}, "devices[0].limits.max_qp: 999999 is out of range (at most 262144)"},
+		{"host pin budget below a chunk", func(c *daemon.Config) { c.PinBudget = 1 }, "pin_budget_bytes: 1 is below one pinning chunk (2M)"},
+		{"device pin budget below a chunk", func(c *daemon.Config) {
+			c.Devices = []daemon.DeviceSpec{{Name: "a", Pin: &daemon.PinSpec{Budget: 4096}}}
+		}, "devices[0].pin.budget_bytes: 4096 is below one pinning chunk"},
+		{"budget with mode all", func(c *daemon.Config) {
+			c.Devices = []daemon.DeviceSpec{{Name: "a", Pin: &daemon.PinSpec{Mode: "all", Budget: 1 << 30}}}
+		}, "devices[0].pin.budget_bytes: has no effect with mode all"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := daemon.DefaultConfig()

@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"strings"
 
 	stellardev "github.com/vstellar/vstellar/device"
 	"github.com/vstellar/vstellar/vhost"
@@ -33,8 +36,11 @@ func StellarDevice(_ context.Context, spec DeviceSpec, shared Shared, log *slog.
 	dev, err := stellardev.New(cfg, log)
 	switch {
 	case errors.Is(err, abi.ErrBadValue):
-		// Limits out of range: the operator's error (HTTP 400).
-		return Instance{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		// Limits the checks above let through (a combination): the
+		// operator's error (HTTP 400), on one line without the name the
+		// caller gives.
+		msg := strings.TrimPrefix(err.Error(), fmt.Sprintf("device %q: ", spec.Name))
+		return Instance{}, &ConfigError{Err: errors.New(strings.ReplaceAll(msg, "\n", "; ")), off: -1}
 	case errors.Is(err, stellardev.ErrGIDInUse):
 		// The GID (fe80:: + a hash of the name) is another device's on
 		// the daemon's fabric: a conflict (HTTP 409) the operator
@@ -77,14 +83,58 @@ type limitsJSON struct {
 	PageSizeCap   uint64 `json:"page_size_cap"`
 }
 
-// parseLimits decodes a spec's limits, refusing unknown fields. Their
-// values are checked by device.New.
+// parseLimits decodes a spec's limits, refusing unknown fields, zeros
+// (leave a field out for its default) and values above
+// abi.CeilingLimits. Errors are *ConfigError with paths under "limits"
+// and offsets counted from raw; all the out-of-range fields are named
+// in one error.
 func parseLimits(raw json.RawMessage) (abi.Limits, error) {
 	var l limitsJSON
-	if len(raw) > 0 {
-		if err := DecodeStrict(raw, &l); err != nil {
-			return abi.Limits{}, fmt.Errorf("%w: limits: %w", ErrInvalid, err)
+	if len(raw) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return abi.Limits{}, nil
+	}
+	if err := DecodeStrict(raw, &l); err != nil {
+		return abi.Limits{}, underPath("limits", err)
+	}
+	var errs []error
+	got, ceil := reflect.ValueOf(l), reflect.ValueOf(limitsJSON(abi.CeilingLimits))
+	for _, v := range indexJSON(raw) {
+		if len(v.keys) != 1 {
+			continue
+		}
+		i := limitsField(v.path)
+		if i < 0 {
+			continue
+		}
+		n, c := got.Field(i).Uint(), ceil.Field(i).Uint()
+		name := v.path
+		switch {
+		case string(raw[v.start:v.end]) == "null":
+		case name == "page_size_cap" && n&(1<<12) == 0:
+			errs = append(errs, &ConfigError{Path: name, Err: fmt.Errorf("%#x lacks 4 KiB pages (bit 12)", n), off: v.start})
+		case n == 0:
+			errs = append(errs, &ConfigError{Path: name, Err: errors.New("0 is out of range: leave the key out for the default"), off: v.start})
+		case n > c:
+			errs = append(errs, &ConfigError{Path: name, Err: fmt.Errorf("%d is out of range (at most %d)", n, c), off: v.start})
 		}
 	}
-	return abi.Limits(l), nil
+	switch len(errs) {
+	case 0:
+		return abi.Limits(l), nil
+	case 1:
+		return abi.Limits{}, underPath("limits", errs[0])
+	}
+	return abi.Limits{}, &ConfigError{Path: "limits", Err: errorList(errs), off: errs[0].(*ConfigError).off}
+}
+
+// limitsField is the index in limitsJSON of the field JSON names key
+// (case-insensitive, as encoding/json matches), or -1.
+func limitsField(key string) int {
+	t := reflect.TypeFor[limitsJSON]()
+	for i := range t.NumField() {
+		if strings.EqualFold(t.Field(i).Tag.Get("json"), key) {
+			return i
+		}
+	}
+	return -1
 }

@@ -37,6 +37,7 @@ func TestParseLimits(t *testing.T) {
 	for k := range all {
 		all[k] = 1
 	}
+	all["page_size_cap"] = 4096 // 4 KiB pages are required
 	b, _ = json.Marshal(all)
 	l, err = parseLimits(b)
 	if err != nil {

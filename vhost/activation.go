@@ -2,6 +2,7 @@ package vhost
 
 import (
 	"context"
+	"fmt"
 )
 
 // Activation. A device goes live on either of two signals, whichever
@@ -118,7 +119,8 @@ func (s *session) activate(ctx context.Context, env Env) {
 		r.wakeup()
 	}
 	s.b.stats.Activations.Add(1)
-	s.log.Debug("device active", "features", env.AckedFeatures(), "protocol_features", s.protoFeatures())
+	// The device logs "device active" with the features by name.
+	s.log.Debug("rings live", "features", fmt.Sprintf("%#x", env.AckedFeatures()), "protocol_features", fmt.Sprintf("%#x", s.protoFeatures()))
 }
 
 // deactivate stops the device being live (after a pending activation);

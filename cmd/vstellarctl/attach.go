@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/hotplug"
+	"github.com/vstellar/vstellar/internal/units"
 )
 
 // idPrefix makes a QEMU id of a device name, which may start with a
@@ -32,17 +32,21 @@ func (h *hotplugFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&h.reconnect, "reconnect", 0, "QEMU's reconnect interval to vstellard (0: none; stock QEMU 10.2 and 11.1 abort on a reconnect, see docs/attach.md)")
 }
 
-// parseArgs parses flags before or after positional arguments, as
-// devices does.
+// parseArgs parses flags before or after positional arguments. Every
+// command takes --json and --version, as vstellarctl itself does.
 func (c *cli) parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	fs.BoolVar(&c.json, "json", c.json, "print JSON")
+	fs.BoolVar(&c.version, "version", c.version, "print the version and exit")
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", errUsage, fs.Name(), err)
+			return nil, fmt.Errorf("%w: %s: %s", errUsage, fs.Name(), flagError(err))
 		}
 		if fs.NArg() == 0 {
+			if c.version {
+				return nil, errVersion
+			}
 			return pos, nil
 		}
 		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
@@ -199,7 +203,10 @@ func (c *cli) qemuArgs(ctx context.Context, args []string) error {
 	case len(names) == 0:
 		names = []string{""} // the id comes from the socket's name
 	}
-	size, err := parseSize(mem)
+	size, err := units.ParseSize(mem)
+	if err == nil && size == 0 {
+		err = errors.New("guest RAM of 0 bytes")
+	}
 	if err != nil {
 		return fmt.Errorf("%w: qemu-args: --mem: %w", errUsage, err)
 	}
@@ -211,7 +218,7 @@ func (c *cli) qemuArgs(ctx context.Context, args []string) error {
 		}
 		specs = append(specs, s)
 	}
-	out, err := hotplug.QEMUArgs(hotplug.Memory{Size: size, Layout: hotplug.MemLayout(layout)}, specs...)
+	out, err := hotplug.QEMUArgs(hotplug.Memory{Size: int64(size), Layout: hotplug.MemLayout(layout)}, specs...)
 	if err != nil {
 		return fmt.Errorf("%w: qemu-args: %w", errUsage, err)
 	}
@@ -235,34 +242,19 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// parseSize reads a size in bytes: a number with an optional binary
-// suffix K, M, G or T (also KiB...), as QEMU's -m does.
-func parseSize(s string) (int64, error) {
-	num := strings.TrimSuffix(strings.TrimSuffix(s, "B"), "i")
-	shift := 0
-	if n := len(num); n > 0 {
-		switch num[n-1] {
-		case 'K', 'k':
-			shift = 10
-		case 'M', 'm':
-			shift = 20
-		case 'G', 'g':
-			shift = 30
-		case 'T', 't':
-			shift = 40
-		}
-		if shift > 0 {
-			num = num[:n-1]
-		} else if num != s {
-			return 0, fmt.Errorf("size %q: a unit needs K, M, G or T", s)
-		}
+// flagError rewrites the flag package's `invalid value "V" for flag -F:
+// CAUSE` as "--F: CAUSE", as the daemon's own errors name a flag.
+func flagError(err error) string {
+	msg := err.Error()
+	rest, ok := strings.CutPrefix(msg, "invalid value ")
+	_, rest, ok2 := strings.Cut(rest, " for flag -")
+	name, cause, ok3 := strings.Cut(rest, ": ")
+	if !ok || !ok2 || !ok3 {
+		return msg
 	}
-	v, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || v <= 0 {
-		return 0, fmt.Errorf("size %q is not a positive number with an optional K, M, G or T", s)
+	if cause == "parse error" || cause == "value out of range" {
+		val, _, _ := strings.Cut(strings.TrimPrefix(msg, "invalid value "), " for flag -")
+		cause = val + " is not valid"
 	}
-	if v > (1<<62)>>shift {
-		return 0, errors.New("size " + strconv.Quote(s) + " is too large")
-	}
-	return v << shift, nil
+	return "--" + name + ": " + cause
 }

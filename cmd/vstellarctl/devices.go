@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/internal/units"
 )
 
 // devices runs "devices SUBCOMMAND ...".
@@ -18,23 +19,14 @@ func (c *cli) devices(ctx context.Context, args []string) error {
 	}
 	sub, rest := args[0], args[1:]
 	switch sub {
-	case "list", "ls":
-		fs := flag.NewFlagSet("devices list", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		fs.BoolVar(&c.json, "json", c.json, "print JSON")
-		if err := fs.Parse(rest); err != nil || fs.NArg() != 0 {
-			return fmt.Errorf("%w: devices list takes no arguments but --json", errUsage)
-		}
-		return c.list(ctx)
-	case "show", "create", "destroy", "qps", "mrs":
+	case "list", "ls", "show", "create", "destroy", "qps", "mrs":
 	default:
 		return fmt.Errorf("%w: devices: unknown subcommand %q", errUsage, sub)
 	}
 	fs := flag.NewFlagSet("devices "+sub, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	var (
 		limits, pinMode string
-		pinBudget       uint64
+		pinBudget       units.Size
 		tenant          uint
 		limit           int
 	)
@@ -42,16 +34,25 @@ func (c *cli) devices(ctx context.Context, args []string) error {
 	case "create":
 		fs.StringVar(&limits, "limits", "", "device limits, a JSON object")
 		fs.StringVar(&pinMode, "pin", "", "pin mode: on-demand, at-reg-mr or all")
-		fs.Uint64Var(&pinBudget, "pin-budget", 0, "bytes the device may pin on demand")
+		fs.Var(&pinBudget, "pin-budget", "bytes the device may pin on demand, with K, M, G or T")
 		fs.UintVar(&tenant, "tenant", 0, "the device's tenant on the cross-host fabric")
 	case "qps", "mrs":
 		fs.IntVar(&limit, "limit", 0, "list at most this many")
 	}
-	fs.BoolVar(&c.json, "json", c.json, "print JSON")
-	name, err := oneName(fs, rest, "devices "+sub)
+	names, err := c.parseArgs(fs, rest)
 	if err != nil {
 		return err
 	}
+	if sub == "list" || sub == "ls" {
+		if len(names) != 0 {
+			return fmt.Errorf("%w: devices list takes no arguments but --json", errUsage)
+		}
+		return c.list(ctx)
+	}
+	if len(names) != 1 {
+		return fmt.Errorf("%w: devices %s takes one device NAME", errUsage, sub)
+	}
+	name := names[0]
 	switch sub {
 	case "show":
 		return c.show(ctx, name)
@@ -62,40 +63,51 @@ func (c *cli) devices(ctx context.Context, args []string) error {
 	case "create":
 		spec := daemon.DeviceSpec{Name: name}
 		if limits != "" {
-			if !json.Valid([]byte(limits)) {
-				return fmt.Errorf("%w: --limits is not valid JSON", errUsage)
-			}
 			spec.Limits = json.RawMessage(limits)
 		}
 		if pinMode != "" || pinBudget != 0 {
-			spec.Pin = &daemon.PinSpec{Mode: pinMode, Budget: pinBudget}
+			spec.Pin = &daemon.PinSpec{Mode: pinMode, Budget: uint64(pinBudget)}
 		}
 		if tenant > 1<<32-1 {
-			return fmt.Errorf("%w: --tenant %d does not fit 32 bits", errUsage, tenant)
+			return fmt.Errorf("%w: devices create: --tenant: %d does not fit 32 bits", errUsage, tenant)
 		}
 		spec.Tenant = uint32(tenant)
+		// The daemon checks the spec too; checked here, a mistake names
+		// the flag it came from.
+		if err := spec.Validate(); err != nil {
+			return fmt.Errorf("%w: devices create: %w", errUsage, blameFlag(err, limits))
+		}
 		return c.create(ctx, spec)
 	default:
 		return c.destroy(ctx, name)
 	}
 }
 
-// oneName parses fs's flags before or after exactly one NAME.
-func oneName(fs *flag.FlagSet, args []string, what string) (string, error) {
-	var names []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return "", fmt.Errorf("%w: %s: %v", errUsage, what, err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		names, args = append(names, fs.Arg(0)), fs.Args()[1:]
+// specFlags are the flags that set each part of a DeviceSpec.
+var specFlags = []struct{ path, flag string }{
+	{"limits", "--limits"}, {"pin.mode", "--pin"}, {"pin.budget_bytes", "--pin-budget"}, {"name", ""},
+}
+
+// blameFlag rewrites a spec error to name the flag that set the value
+// and, for --limits, the column in it.
+func blameFlag(err error, limits string) error {
+	var ce *daemon.ConfigError
+	if !errors.As(err, &ce) {
+		return err
 	}
-	if len(names) != 1 {
-		return "", fmt.Errorf("%w: %s takes one device NAME", errUsage, what)
+	for _, f := range specFlags {
+		rest, ok := strings.CutPrefix(ce.Path, f.path)
+		if !ok || (rest != "" && rest[0] != '.') || f.flag == "" {
+			continue
+		}
+		out := &daemon.ConfigError{Source: f.flag, Err: ce.Err}
+		if f.flag == "--limits" {
+			out = ce.Locate(f.flag, []byte(limits))
+		}
+		out.Path = strings.TrimPrefix(rest, ".")
+		return out
 	}
-	return names[0], nil
+	return err
 }
 
 func (c *cli) list(ctx context.Context) error {
@@ -133,7 +145,7 @@ func (c *cli) show(ctx context.Context, name string) error {
 	kv.add("tenant", s.Tenant)
 	if s.Objects != nil {
 		kv.add("node guid", s.NodeGUID)
-		kv.add("gid", s.GID)
+		kv.add("gid", gidIB(s.GID))
 		kv.add("doorbells", s.Doorbells)
 		o := s.Objects
 		kv.add("objects", fmt.Sprintf("%d PDs, %d CQs, %d QPs, %d MRs, %d AHs, %d GIDs", o.PDs, o.CQs, o.QPs, o.MRs, o.AHs, o.GIDs))
@@ -154,6 +166,12 @@ func (c *cli) show(ctx context.Context, name string) error {
 		ct := s.Control
 		kv.add("control commands", fmt.Sprintf("%d (%d failed, %d malformed)", ct.Commands, ct.Failed, ct.Malformed))
 	}
+	if l := s.Limits; l != nil {
+		kv.add("limits", fmt.Sprintf("%d QPs, %d CQs, %d MRs, %d PDs, %d AHs, %d GIDs", l.MaxQP, l.MaxCQ, l.MaxMR, l.MaxPD, l.MaxAH, l.MaxGID))
+		kv.add("queue limits", fmt.Sprintf("%d WRs per queue, %d CQEs per CQ, %d SGEs, %d bytes inline, %d RDMA reads/atomics in flight",
+			l.MaxQPWR, l.MaxCQE, l.MaxSGE, l.MaxInlineData, l.MaxQPRdAtom))
+		kv.add("MR limits", fmt.Sprintf("%s per MR, page sizes %s", bytesIEC(l.MaxMRSize), pageSizes(l.PageSizeCap)))
+	}
 	kv.add("vhost-user messages", fmt.Sprintf("%d (%d failed, %d kicks)", s.Vhost.Messages, s.Vhost.FailedMessages, s.Vhost.Kicks))
 	return kv.flush()
 }
@@ -168,7 +186,7 @@ func (c *cli) qps(ctx context.Context, name string, limit int) error {
 	}
 	t := c.table("QPN", "STATE", "PD", "SEND CQ", "RECV CQ", "SQ", "RQ", "DEST QPN", "DEST GID", "MTU")
 	for _, q := range l.QPs {
-		t.row(q.QPN, q.State, q.PDN, q.SendCQN, q.RecvCQN, q.SQSize, q.RQSize, q.DestQPN, dash(q.DestGID), q.PathMTU)
+		t.row(q.QPN, q.State, q.PDN, q.SendCQN, q.RecvCQN, q.SQSize, q.RQSize, q.DestQPN, dash(gidIB(q.DestGID)), q.PathMTU)
 	}
 	return c.flushListing(t, len(l.QPs), l.Total, "QPs")
 }

@@ -12,7 +12,7 @@
 //	devices show NAME               one device: connection, objects, memory, traffic
 //	devices qps NAME [--limit N]    its queue pairs
 //	devices mrs NAME [--limit N]    its memory regions
-//	devices create NAME [--limits JSON] [--pin MODE] [--pin-budget BYTES] [--tenant N]
+//	devices create NAME [--limits JSON] [--pin MODE] [--pin-budget SIZE] [--tenant N]
 //	devices destroy NAME
 //	host [nics | paths]             pinned memory and fabric; interfaces and
 //	                                RDMA devices; the fabric's paths and RTTs
@@ -21,8 +21,9 @@
 //	qemu-args NAME...               cold-plug arguments
 //
 // Output is a table (or key: value lines) by default; --json, before the
-// command or after it, prints JSON.
-// Exit status: 0 ok, 1 failed, 2 usage, 3 not found, 4 conflict (exists,
+// command or after it, prints JSON, and --version anywhere prints the
+// version and does nothing else. Sizes take K, M, G or T.
+// Exit status: 0 ok, 1 failed (host paths without a fabric too), 2 usage, 3 not found, 4 conflict (exists,
 // busy), 5 invalid request, 6 no daemon on the socket, 7 daemon shutting
 // down (docs/operations.md).
 package main

@@ -2,12 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"strings"
 )
 
 // host runs "host [nics | paths]".
 func (c *cli) host(ctx context.Context, args []string) error {
+	args, err := c.parseArgs(flag.NewFlagSet("host", flag.ContinueOnError), args)
+	if err != nil {
+		return err
+	}
 	switch {
 	case len(args) == 0:
 		return c.hostStatus(ctx)
@@ -104,7 +110,18 @@ func (c *cli) nics(ctx context.Context) error {
 	return t.flush()
 }
 
+// errNoFabric: host paths on a daemon without a cross-host fabric, which
+// the API answers with 404 as if a device were missing.
+var errNoFabric = errors.New("host paths: this daemon has no cross-host fabric (see vstellard --fabric-listen)")
+
 func (c *cli) paths(ctx context.Context) error {
+	h, err := c.client.Host(ctx)
+	if err != nil {
+		return err
+	}
+	if h.Fabric == nil {
+		return errNoFabric
+	}
 	l, err := c.client.Paths(ctx)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/vstellar/vstellar/daemon"
@@ -25,6 +26,9 @@ func main() {
 
 // errUsage marks command-line mistakes.
 var errUsage = errors.New("usage")
+
+// errVersion is what a command given --version returns at once.
+var errVersion = errors.New("version asked for")
 
 // Exit statuses a script can rely on (docs/operations.md).
 const (
@@ -47,7 +51,7 @@ commands:
   devices show NAME                    one device: connection, objects, memory, traffic
   devices qps NAME [--limit N]         a device's queue pairs
   devices mrs NAME [--limit N]         a device's memory regions
-  devices create NAME [--limits JSON] [--pin MODE] [--pin-budget BYTES] [--tenant N]
+  devices create NAME [--limits JSON] [--pin MODE] [--pin-budget SIZE] [--tenant N]
                                        create a device
   devices destroy NAME                 destroy a device
   host                                 pinned memory and the cross-host fabric
@@ -68,6 +72,7 @@ request, 6 daemon unreachable, 7 daemon shutting down
 type cli struct {
 	client  *daemon.Client
 	json    bool
+	version bool // --version: print it and do nothing else
 	timeout time.Duration
 	stdout  io.Writer
 }
@@ -80,33 +85,45 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := &cli{stdout: stdout}
 	fs.BoolVar(&c.json, "json", false, "print JSON")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "request timeout")
-	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return exitUsage
 	}
-	if *showVersion {
-		fmt.Fprintf(stdout, "vstellarctl %s (%s)\n", version, runtime.Version())
-		return exitOK
+	if c.version {
+		return c.printVersion()
 	}
 	c.client = daemon.NewClient(*socket)
 	defer c.client.Close()
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 
+	if fs.NArg() == 0 {
+		fmt.Fprintf(stderr, "vstellarctl: no command\n\n%s", usage)
+		return exitUsage
+	}
 	err := c.dispatch(ctx, fs.Args())
-	if err == nil {
+	switch {
+	case err == nil:
 		return exitOK
+	case errors.Is(err, errVersion):
+		return c.printVersion()
 	}
-	code := exitCode(err)
-	if code == exitUsage {
-		fmt.Fprintf(stderr, "vstellarctl: %v\n\n%s", err, usage)
-	} else {
-		fmt.Fprintf(stderr, "vstellarctl: %v\n", err)
+	// One line, whatever the cause's message holds (docs/operations.md).
+	msg := strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")), " ")
+	if code := exitCode(err); code == exitUsage {
+		fmt.Fprintf(stderr, "vstellarctl: %s (vstellarctl -h for usage)\n", msg)
+		return code
 	}
-	return code
+	fmt.Fprintf(stderr, "vstellarctl: %s\n", msg)
+	return exitCode(err)
+}
+
+func (c *cli) printVersion() int {
+	fmt.Fprintf(c.stdout, "vstellarctl %s (%s)\n", version, runtime.Version())
+	return exitOK
 }
 
 // exitCode maps an error to the exit status scripts see.
@@ -139,8 +156,10 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "health":
-		if len(rest) != 0 {
-			return fmt.Errorf("%w: health takes no arguments", errUsage)
+		if pos, err := c.parseArgs(flag.NewFlagSet("health", flag.ContinueOnError), rest); err != nil {
+			return err
+		} else if len(pos) != 0 {
+			return fmt.Errorf("%w: health takes no arguments but --json", errUsage)
 		}
 		return c.health(ctx)
 	case "devices", "device", "dev":

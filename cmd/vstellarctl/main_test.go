@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func TestCtlVersion(t *testing.T) {
 func TestCtlDevicesLifecycle(t *testing.T) {
 	sock := startDaemon(t)
 
-	code, out, errOut := ctl(t, sock, "devices", "create", "vm1", "--limits", `{"max_qp": 8}`, "--pin", "all", "--pin-budget", "1048576", "--tenant", "7")
+	code, out, errOut := ctl(t, sock, "devices", "create", "vm1", "--limits", `{"max_qp": 8}`, "--pin", "at-reg-mr", "--pin-budget", "64M", "--tenant", "7")
 	if code != 0 || !strings.Contains(out, "created vm1") || !strings.Contains(out, "vm1.sock") {
 		t.Fatalf("create: %d %q %q", code, out, errOut)
 	}
@@ -123,14 +124,23 @@ func TestCtlErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"devices", "create", "boot0"}, exitConflict, "already exists"},
-		{[]string{"devices", "create", "../x"}, exitInvalid, "invalid"},
-		{[]string{"devices", "create", "x", "--limits", "{"}, 2, "not valid JSON"},
-		{[]string{"devices", "create", "x", "--limits", "[1]"}, exitInvalid, "JSON object"},
-		{[]string{"devices", "create", "x", "--pin", "eager"}, exitInvalid, "pin mode"},
+		{[]string{"devices", "create", "../x"}, 2, `devices create: name: device name "../x" has a character`},
+		{[]string{"devices", "create", "x", "--limits", "{"}, 2, "devices create: --limits:1:2: the document ends early"},
+		{[]string{"devices", "create", "x", "--limits", "[1]"}, 2, "--limits:1:1: want a JSON object, got array"},
+		{[]string{"devices", "create", "x", "--limits", `{"max_qp":999999}`}, 2, "--limits:1:11: max_qp: 999999 is out of range (at most 262144)"},
+		{[]string{"devices", "create", "x", "--limits", `{"max_qp":-1}`}, 2, "--limits:1:11: max_qp: want a whole number from 0 to 4294967295, got number -1"},
+		{[]string{"devices", "create", "x", "--limits", `{"max_qp":0}`}, 2, "--limits:1:11: max_qp: 0 is out of range: leave the key out for the default"},
+		{[]string{"devices", "create", "x", "--limits", `{"max_cq":16777216,"max_qp":16777216}`}, 2,
+			"--limits:1:11: max_cq: 16777216 is out of range (at most 262144); max_qp: 16777216 is out of range (at most 262144)"},
+		{[]string{"devices", "create", "x", "--pin", "eager"}, 2, `--pin: "eager": want on-demand, at-reg-mr or all`},
+		{[]string{"devices", "create", "x", "--pin", "all", "--pin-budget", "1G"}, 2, "--pin-budget: has no effect with mode all"},
+		{[]string{"devices", "create", "x", "--pin-budget", "1"}, 2, "--pin-budget: 1 is below one pinning chunk (2M)"},
+		{[]string{"devices", "create", "x", "--pin-budget", "1Q"}, 2, `--pin-budget: size "1Q"`},
 		{[]string{"devices", "create", "x", "--tenant", "4294967296"}, 2, "32 bits"},
 		{[]string{"devices", "qps", "nope"}, exitNotFound, "not found"},
 		{[]string{"devices", "mrs", "boot0", "--limit", "200000"}, exitInvalid, "limit"},
-		{[]string{"host", "paths"}, exitNotFound, "no cross-host fabric"},
+		{[]string{"host", "paths"}, exitFailed, "host paths: this daemon has no cross-host fabric"},
+		{[]string{"host", "paths", "--json"}, exitFailed, "host paths: this daemon has no cross-host fabric"},
 		{[]string{"host", "frob"}, 2, "unknown subcommand"},
 		{[]string{"devices", "destroy"}, 2, "one device NAME"},
 		{[]string{"devices", "show", "a", "b"}, 2, "one device NAME"},
@@ -142,9 +152,66 @@ func TestCtlErrors(t *testing.T) {
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: %d %q, want %d %q", tc.args, code, errOut, tc.code, tc.want)
 		}
+		// One line, one cause (usage aside when no command was given).
+		if len(tc.args) > 0 && (strings.Count(errOut, "\n") != 1 || strings.Contains(errOut, "invalid argument: invalid argument") || strings.Contains(errOut, "Go struct")) {
+			t.Errorf("%v: stderr is not one plain line: %q", tc.args, errOut)
+		}
 	}
 	code, _, errOut := ctl(t, sock+".missing", "devices", "list")
 	if code != exitUnreachable || !strings.Contains(errOut, "no vstellard answers") {
 		t.Errorf("unreachable daemon: %d %q", code, errOut)
+	}
+}
+
+// TestCtlJSONAndVersionEverywhere: every command that prints takes
+// --json and --version before or after its arguments.
+func TestCtlJSONAndVersionEverywhere(t *testing.T) {
+	sock := startDaemon(t)
+	for _, args := range [][]string{
+		{"health"}, {"devices", "list"}, {"devices", "show", "boot0"}, {"devices", "qps", "boot0"}, {"devices", "mrs", "boot0"},
+		{"host"}, {"host", "nics"},
+	} {
+		for _, v := range [][]string{append(slices.Clone(args), "--json"), append([]string{"--json"}, args...)} {
+			code, out, errOut := ctl(t, sock, v...)
+			if code != 0 || !json.Valid([]byte(out)) {
+				t.Errorf("%v: %d %q %q", v, code, out, errOut)
+			}
+		}
+		code, out, errOut := ctl(t, sock, append(slices.Clone(args), "--version")...)
+		if code != 0 || !strings.HasPrefix(out, "vstellarctl "+version+" (go") || strings.Count(out, "\n") != 1 {
+			t.Errorf("%v --version: %d %q %q", args, code, out, errOut)
+		}
+	}
+	// --version does nothing else: no device is created.
+	if code, out, _ := ctl(t, sock, "devices", "create", "v1", "--version"); code != 0 || !strings.HasPrefix(out, "vstellarctl ") {
+		t.Fatalf("create --version: %d %q", code, out)
+	}
+	if code, _, _ := ctl(t, sock, "devices", "show", "v1"); code != exitNotFound {
+		t.Fatalf("create --version created the device: %d", code)
+	}
+}
+
+// TestCtlShowLimitsAndGIDs: show prints the limits; the GID is written as
+// rdma tools write one, so its low half reads as the node GUID.
+func TestCtlShowLimitsAndGIDs(t *testing.T) {
+	for gid, want := range map[string]string{"fe80::af1:107:b58d:6690": "fe80:0000:0000:0000:0af1:0107:b58d:6690", "": "", "x": "x"} {
+		if got := gidIB(gid); got != want {
+			t.Errorf("gidIB(%q) = %q, want %q", gid, got, want)
+		}
+	}
+	if got := pageSizes(1<<12 | 1<<21 | 1<<30); got != "4.0 KiB, 2.0 MiB, 1.0 GiB" {
+		t.Errorf("pageSizes = %q", got)
+	}
+}
+
+// TestCtlCreateTakesSizeUnits: --pin-budget takes K, M, G, T.
+func TestCtlCreateTakesSizeUnits(t *testing.T) {
+	sock := startDaemon(t)
+	if code, out, errOut := ctl(t, sock, "devices", "create", "u1", "--pin-budget", "1G"); code != 0 {
+		t.Fatalf("create: %d %q %q", code, out, errOut)
+	}
+	code, out, _ := ctl(t, sock, "--json", "devices", "list")
+	if code != 0 || !strings.Contains(out, `"u1"`) {
+		t.Fatalf("list: %d %q", code, out)
 	}
 }

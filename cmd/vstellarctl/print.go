@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -74,4 +75,29 @@ func bytesIEC(n uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// gidIB writes a GID as the rdma tools do (show_gids, ibv_devinfo -v):
+// eight groups of four hex digits, so its low half reads as the node GUID
+// does. Anything else is returned as it is.
+func gidIB(gid string) string {
+	a, err := netip.ParseAddr(gid)
+	if err != nil || !a.Is6() {
+		return gid
+	}
+	return a.StringExpanded()
+}
+
+// pageSizes lists the page sizes of a capability mask ("4.0 KiB, 2.0 MiB").
+func pageSizes(mask uint64) string {
+	var s []string
+	for b := range 64 {
+		if mask&(1<<b) != 0 {
+			s = append(s, bytesIEC(1<<b))
+		}
+	}
+	if len(s) > 6 {
+		return fmt.Sprintf("%#x", mask)
+	}
+	return strings.Join(s, ", ")
 }

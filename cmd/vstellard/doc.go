@@ -8,7 +8,7 @@
 //
 //	vstellard [--config FILE] [--run-dir DIR] [--log-level LEVEL]
 //	          [--log-format text|json] [--socket-mode MODE]
-//	          [--shutdown-timeout DURATION] [--pin-budget BYTES] [--device NAME]...
+//	          [--shutdown-timeout DURATION] [--pin-budget SIZE] [--device NAME]...
 //	          [--fabric-listen IP:PORT --gid-prefix PREFIX --fabric-secret-file FILE
 //	           [--fabric-mtu MTU] [--fabric-paths N] [--spray SELECTOR] [--cc CONTROLLER]
 //	           [--peer GID_PREFIX=IP:PORT]...] [--version]
@@ -22,8 +22,12 @@
 // may be repeated; its devices are created at start with default limits,
 // after those of the config file. SIGTERM or SIGINT shut the daemon down
 // cleanly: every front-end is told, every device freed, every socket
-// removed. Exit status: 0 after a clean shutdown, 1 if the daemon failed,
-// 2 for bad flags or configuration.
+// removed. Exit status: 0 after a clean shutdown, 1 if the daemon failed at
+// run time (worth a restart), 2 for bad flags or configuration, a
+// configured device the daemon refuses included (the systemd unit's
+// RestartPreventExitStatus=2 does not restart it). Sizes take K, M, G or T
+// (--pin-budget 64G). Errors are one line naming the flag, or the config
+// file with line and column, and the key.
 //
 // This package is the composition root: main wires the device model
 // (package device) and the vhost-user back-end (package vhost) into the

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/internal/units"
 )
 
 // options are the parsed command line.
@@ -35,7 +38,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		logLevel   = fs.String("log-level", daemon.DefaultLogLevel, "log `level`: debug, info, warn or error")
 		logFormat  = fs.String("log-format", daemon.DefaultLogFormat, "log `format`: text or json")
 		timeout    = fs.Duration("shutdown-timeout", time.Duration(daemon.DefaultShutdownTimeout), "bound on a clean shutdown")
-		pinBudget  = fs.Uint64("pin-budget", 0, "`bytes` of guest memory all devices may keep pinned (0: none for root, else RLIMIT_MEMLOCK)")
+		pinBudget  units.Size
 		metrics    = fs.String("metrics-listen", "", "serve Prometheus metrics at http://`host:port`/metrics (empty: none)")
 		mode       = daemon.DefaultSocketMode
 		devices    deviceList
@@ -52,9 +55,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&fab.cc, "cc", "", "cross-host fabric: congestion `controller`: fixed, swift or cubic (default fixed)")
 	fs.Var(&fab.peers, "peer", "cross-host fabric: another host, `gid_prefix=ip:port` (repeatable)")
 	fs.Var(&mode, "socket-mode", "permission `mode` of device sockets, octal")
+	fs.Var(&pinBudget, "pin-budget", "`bytes` of guest memory all devices may keep pinned, with K, M, G or T (0: none for root, else RLIMIT_MEMLOCK)")
 	fs.Var(&devices, "device", "create a device `name`d so at start (repeatable)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args, stderr); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -85,7 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		case "socket-mode":
 			cfg.SocketMode = mode
 		case "pin-budget":
-			cfg.PinBudget = *pinBudget
+			cfg.PinBudget = uint64(pinBudget)
 		case "metrics-listen":
 			cfg.MetricsListen = *metrics
 		}
@@ -96,11 +100,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := fabricFlags(fs, &cfg, &fab); err != nil {
 		return o, err
 	}
+	fileDevices := len(cfg.Devices)
 	for _, name := range devices {
 		cfg.Devices = append(cfg.Devices, daemon.DeviceSpec{Name: name})
 	}
 	if err := cfg.Validate(); err != nil {
-		return o, err
+		return o, blameFlag(fs, err, fileDevices)
 	}
 	o.cfg = cfg
 	return o, nil
@@ -169,4 +174,84 @@ func fabricFlags(fs *flag.FlagSet, cfg *daemon.Config, v *fabricFlagValues) erro
 		}
 	})
 	return err
+}
+
+// parse parses args with errors of one line that name the flag: "--NAME:
+// CAUSE". Usage goes to stderr only for -h.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	var flagErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		what, _ := flag.UnquoteUsage(f)
+		f.Value = &namedValue{Value: f.Value, name: f.Name, what: what, err: &flagErr}
+	})
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stderr)
+		fmt.Fprintln(stderr, "usage: vstellard [flags]")
+		fs.PrintDefaults()
+		return err
+	case flagErr != nil:
+		return flagErr
+	case err != nil:
+		return fmt.Errorf("%w (vstellard -h lists the flags)", err)
+	}
+	return nil
+}
+
+// namedValue records the error of its flag's Set as "--NAME: CAUSE".
+type namedValue struct {
+	flag.Value
+	name, what string // the flag's name and what its value is
+	err        *error
+}
+
+// IsBoolFlag keeps --version a flag without a value.
+func (v *namedValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+func (v *namedValue) Set(s string) error {
+	err := v.Value.Set(s)
+	if err == nil {
+		return nil
+	}
+	if msg := err.Error(); msg == "parse error" || msg == "value out of range" { // the flag package's own
+		err = fmt.Errorf("%q is not a valid %s", s, v.what)
+	}
+	*v.err = &daemon.ConfigError{Source: "--" + v.name, Err: err}
+	return err
+}
+
+// flagKeys are the config keys each flag sets.
+var flagKeys = map[string]string{
+	"run-dir": "run_dir", "log-level": "log_level", "log-format": "log_format", "socket-mode": "socket_mode",
+	"shutdown-timeout": "shutdown_timeout", "pin-budget": "pin_budget_bytes", "metrics-listen": "metrics_listen",
+}
+
+// blameFlag makes an error about a key a flag set name the flag, not the
+// key, as the operator typed the flag.
+func blameFlag(fs *flag.FlagSet, err error, fileDevices int) error {
+	var ce *daemon.ConfigError
+	if !errors.As(err, &ce) || ce.Source != "" {
+		return err
+	}
+	blamed := ""
+	fs.Visit(func(f *flag.Flag) {
+		if k, ok := flagKeys[f.Name]; ok && (ce.Path == k || strings.HasPrefix(ce.Path, k+".")) {
+			blamed = f.Name
+		}
+	})
+	var i int
+	if blamed == "" && strings.HasPrefix(ce.Path, "devices[") {
+		if _, err := fmt.Sscanf(ce.Path, "devices[%d]", &i); err == nil && i >= fileDevices {
+			blamed = "device"
+		}
+	}
+	if blamed == "" {
+		return err
+	}
+	return &daemon.ConfigError{Source: "--" + blamed, Err: ce.Err}
 }

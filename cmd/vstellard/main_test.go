@@ -46,14 +46,14 @@ func TestParseFlagsOverrideConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	o, err := parseFlags([]string{"--config", path, "--run-dir", "rel", "--log-format", "json",
-		"--device", "a", "--device", "b", "--shutdown-timeout", "3s", "--pin-budget", "4096", "--metrics-listen", ":9474"}, &strings.Builder{})
+		"--device", "a", "--device", "b", "--shutdown-timeout", "3s", "--pin-budget", "10G", "--metrics-listen", ":9474"}, &strings.Builder{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := o.cfg
 	wd, _ := os.Getwd()
 	if c.RunDir != filepath.Join(wd, "rel") || c.LogLevel != "debug" || c.LogFormat != "json" ||
-		c.SocketMode != 0o660 || time.Duration(c.ShutdownTimeout) != 3*time.Second || c.PinBudget != 4096 || c.MetricsListen != ":9474" {
+		c.SocketMode != 0o660 || time.Duration(c.ShutdownTimeout) != 3*time.Second || c.PinBudget != 10<<30 || c.MetricsListen != ":9474" {
 		t.Fatalf("merged config: %+v", c)
 	}
 	if len(c.Devices) != 3 || c.Devices[0].Name != "f0" || c.Devices[1].Name != "a" || c.Devices[2].Name != "b" {
@@ -66,22 +66,28 @@ func TestParseFlagsErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--log-level", "loud"}, "log level"},
-		{[]string{"--log-format", "xml"}, "log format"},
+		{[]string{"--log-level", "loud"}, `--log-level: "loud": want debug, info, warn or error`},
+		{[]string{"--log-format", "xml"}, `--log-format: "xml": want text or json`},
+		{[]string{"--pin-budget", "1"}, "--pin-budget: 1 is below one pinning chunk (2M)"},
+		{[]string{"--pin-budget", "10X"}, `--pin-budget: size "10X"`},
+		{[]string{"--pin-budget", "-1"}, `--pin-budget: size "-1"`},
+		{[]string{"--shutdown-timeout", "soon"}, `--shutdown-timeout: "soon" is not a valid duration`},
+		{[]string{"--fabric-mtu", "x"}, `--fabric-mtu: "x" is not a valid MTU`},
+		{[]string{"--device", "a", "--device", "a"}, `--device: "a" is listed twice`},
 		{[]string{"--socket-mode", "rw"}, "octal"},
 		{[]string{"--device", "../x"}, "device name"},
 		{[]string{"--device", "a", "--device", "a"}, "twice"},
 		{[]string{"--config", "/nonexistent/vstellard.json"}, "no such file"},
-		{[]string{"--shutdown-timeout", "-1s"}, "shutdown_timeout"},
+		{[]string{"--shutdown-timeout", "-1s"}, "--shutdown-timeout: -1s is out of range"},
 		{[]string{"--no-such-flag"}, "not defined"},
 		{[]string{"extra"}, "unexpected arguments"},
-		{[]string{"--metrics-listen", "9474"}, "metrics_listen"},
+		{[]string{"--metrics-listen", "9474"}, "--metrics-listen: "},
 		{[]string{"--metrics-listen", "metrics.example:9474"}, "not an IP address"},
 		{[]string{"--metrics-listen", "127.0.0.1:0"}, "want 1..65535"},
 	} {
 		_, err := parseFlags(tc.args, &strings.Builder{})
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.want)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: err = %q, want one line with %q", tc.args, err, tc.want)
 		}
 	}
 }
