@@ -69,12 +69,15 @@ func jsonFallback(mux *http.ServeMux) http.Handler {
 		}
 		rec := &statusRecorder{header: http.Header{}, code: http.StatusOK}
 		h.ServeHTTP(rec, r)
-		if allow := rec.header.Get("Allow"); allow != "" {
-			w.Header().Set("Allow", allow)
+		for _, h := range []string{"Allow", "Location"} { // 405s and the mux's path-cleaning redirects
+			if v := rec.header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
 		}
 		msg := http.StatusText(rec.code)
 		if rec.code == http.StatusNotFound {
-			msg = fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)
+			// Quoted: the path is the client's and may hold a newline.
+			msg = fmt.Sprintf("no such endpoint: %s %q", r.Method, r.URL.Path)
 		}
 		writeError(w, rec.code, msg)
 	})
