@@ -84,3 +84,34 @@ func TestShrunkMemoryUnderTheRingsBreaksOnlyThatRing(t *testing.T) {
 		t.Fatalf("queue 1 after the fault: %x", got)
 	}
 }
+
+// Configuring a ring reads its indices: a front-end that shrank the file
+// and then sends SET_VRING_ADDR for rings in the lost memory gets an
+// error reply and DEVICE_NEEDS_RESET, not a daemon killed by SIGBUS in
+// the message dispatcher (it was, before every handler ran in
+// guestmem.Guard).
+func TestShrunkMemoryFailsRingSetUp(t *testing.T) {
+	dev := newEchoDevice(t)
+	b := NewBackend(dev, Options{})
+	s := serve(t, b)
+	g := newTestGuest(t, s.fe)
+	g.handshake()
+	g.start(8)
+	if err := unix.Ftruncate(g.memfd, regionSize); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	d, _, _ := virtio.RingSizes(n)
+	s.fe.mustAck(uint32(ReqGetVringBase), state(0, 0))
+	s.fe.mustAck(uint32(ReqSetVringNum), state(0, n))
+	s.fe.mustAck(uint32(ReqSetVringBase), state(0, 0))
+	if ack := s.fe.ack(uint32(ReqSetVringAddr), vringAddr(0, g.uva(highGPA), g.uva(highGPA+4096), g.uva(highGPA+d))); ack == 0 {
+		t.Fatal("SET_VRING_ADDR on memory the front-end took away succeeded")
+	}
+	if st := binary.LittleEndian.Uint64(s.fe.call(uint32(ReqGetStatus), nil)); st&uint64(virtio.StatusDeviceNeedsReset) == 0 {
+		t.Fatalf("status %#x lacks DEVICE_NEEDS_RESET", st)
+	}
+	if got := g.request(1, []byte{0x55}); !bytes.Equal(got, []byte{0xaa}) {
+		t.Fatalf("queue 1 after the fault: %x", got)
+	}
+}
