@@ -148,7 +148,7 @@ func (s DeviceState) Status() DeviceStatus {
 	if m == nil {
 		return out
 	}
-	out.NodeGUID = FormatGUID(m.NodeGUID)
+	out.NodeGUID = abi.FormatGUID(m.NodeGUID)
 	out.GID = netip.AddrFrom16(m.GID).String()
 	out.Doorbells = m.Doorbells.String()
 	o := m.Objects
@@ -193,12 +193,6 @@ func OpcodeName(op abi.Opcode) string {
 		return "unknown"
 	}
 	return strings.ToLower(op.String())
-}
-
-// FormatGUID writes a node GUID as ibv_devinfo does (4 groups of 4 hex
-// digits).
-func FormatGUID(g uint64) string {
-	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xffff, g>>16&0xffff, g&0xffff)
 }
 
 // QPStatus is one entry of GET /v1/devices/{name}/qps.

@@ -10,6 +10,7 @@ import (
 	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/latency"
 	"github.com/vstellar/vstellar/pvdma"
+	"github.com/vstellar/vstellar/virtio/abi"
 )
 
 const namespace = "vstellard"
@@ -143,7 +144,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if s.Model == nil {
 			continue
 		}
-		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, name, daemon.FormatGUID(s.Model.NodeGUID),
+		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, name, abi.FormatGUID(s.Model.NodeGUID),
 			netip.AddrFrom16(s.Model.GID).String(), strconv.FormatUint(uint64(s.Info.Tenant), 10))
 		for op, h := range s.Model.Control.Latency {
 			sum := byOpcode[daemon.OpcodeName(op)]

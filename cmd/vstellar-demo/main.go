@@ -268,7 +268,7 @@ func (d *demo) crossHost(ctx context.Context) error {
 // space and QUERY_DEVICE.
 func (d *demo) probed(ctx context.Context, drv *guestdriver.Device, res *result) error {
 	cfg0 := drv.Config()
-	res.NodeGUID = fmt.Sprintf("%016x", cfg0.NodeGUID)
+	res.NodeGUID = abi.FormatGUID(cfg0.NodeGUID)
 	res.MaxQP = cfg0.Limits.MaxQP
 	res.Doorbells = "guest RAM (fallback)"
 	if cfg0.Status&abi.ConfigStatusDoorbellShmem != 0 {

@@ -114,8 +114,8 @@ func probe(ctx context.Context, dev *guestdriver.Device, t *readyTransport, con 
 	if err != nil {
 		return result{}, err
 	}
-	con.printf("QUERY_DEVICE: vendor %#x part %#x fw %#x guid %#016x max_qp %d max_cq %d max_mr %d max_mr_size %#x max_sge %d atomic %d ports %d",
-		a.VendorID, a.VendorPartID, a.FWVersion, a.NodeGUID, a.MaxQP, a.MaxCQ, a.MaxMR, a.MaxMRSize, a.MaxSGE, a.AtomicCap, a.PhysPortCnt)
+	con.printf("QUERY_DEVICE: vendor %#x part %#x fw %#x guid %s max_qp %d max_cq %d max_mr %d max_mr_size %#x max_sge %d atomic %d ports %d",
+		a.VendorID, a.VendorPartID, a.FWVersion, abi.FormatGUID(a.NodeGUID), a.MaxQP, a.MaxCQ, a.MaxMR, a.MaxMRSize, a.MaxSGE, a.AtomicCap, a.PhysPortCnt)
 	p, err := dev.QueryPort(qctx, guestdriver.Port)
 	if err != nil {
 		return result{}, err

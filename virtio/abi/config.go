@@ -170,3 +170,10 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// FormatGUID writes a GUID as ibv_devinfo and the rdma tool do, four
+// groups of four hex digits ("0af1:0107:b58d:6690"), so that every
+// program of ours prints a device's node GUID the same way.
+func FormatGUID(g uint64) string {
+	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xffff, g>>16&0xffff, g&0xffff)
+}
