@@ -2,73 +2,36 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vstellar/vstellar/daemon"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
+	"github.com/vstellar/vstellar/internal/daemonproc"
 	"github.com/vstellar/vstellar/virtio/abi"
 	"github.com/vstellar/vstellar/vmm"
 )
 
-// daemonProc is a vstellard process.
+// daemonProc is a vstellard process with its run directory.
 type daemonProc struct {
-	cmd    *exec.Cmd
+	*daemonproc.Proc
 	runDir string
-	logs   *syncBuffer
-	exited chan error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// The other tests of the package build and log daemons of their own.
+var buildDaemon = daemonproc.Binary
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// buildDaemon builds cmd/vstellard once per test binary.
-var buildDaemon = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "vstellard-e2e-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "vstellard")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	out, err := exec.Command(gobin, "build", "-o", bin, "github.com/vstellar/vstellar/cmd/vstellard").CombinedOutput()
-	if err != nil {
-		return "", errors.New(string(out))
-	}
-	return bin, nil
-})
+type syncBuffer = daemonproc.Log
 
 func startDaemon(t *testing.T, devices ...string) *daemonProc {
 	t.Helper()
-	bin, err := buildDaemon()
-	if err != nil {
-		t.Fatalf("building vstellard: %v", err)
-	}
 	// Unix socket paths are short; keep the run dir near the root.
 	runDir, err := os.MkdirTemp("", "vse2e-")
 	if err != nil {
@@ -79,20 +42,7 @@ func startDaemon(t *testing.T, devices ...string) *daemonProc {
 	for _, d := range devices {
 		args = append(args, "--device", d)
 	}
-	p := &daemonProc{cmd: exec.Command(bin, args...), runDir: runDir, logs: &syncBuffer{}, exited: make(chan error, 1)}
-	p.cmd.Stderr = p.logs
-	p.cmd.Stdout = p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() {
-			t.Logf("vstellard logs:\n%s", p.logs.String())
-		}
-	})
+	p := &daemonProc{Proc: daemonproc.Start(t, args...), runDir: runDir}
 	// Ready once the API answers and lists every device.
 	c := daemon.NewClient(filepath.Join(runDir, "vstellard.sock"))
 	defer c.Close()
@@ -105,7 +55,7 @@ func startDaemon(t *testing.T, devices ...string) *daemonProc {
 			return p
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("vstellard not ready: %v\n%s", err, p.logs.String())
+			t.Fatalf("vstellard not ready: %v\n%s", err, p.Logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -199,12 +149,12 @@ func TestDaemonProcessLifeCycle(t *testing.T) {
 	// SIGTERM: every connected front-end hears of it, the process exits 0
 	// and leaves nothing in the run dir.
 	vm1, _ := bootVM(t, p.socket("vm1"), 1<<30)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-p.exited:
-		p.exited <- err
+	case err := <-p.Exited:
+		p.Exited <- err
 		if err != nil {
 			t.Fatalf("vstellard exited with %v", err)
 		}
@@ -219,8 +169,8 @@ func TestDaemonProcessLifeCycle(t *testing.T) {
 	if ents, _ := os.ReadDir(p.runDir); len(ents) != 0 {
 		t.Fatalf("run dir not empty after shutdown: %v", ents)
 	}
-	if strings.Contains(p.logs.String(), "panic") {
-		t.Fatalf("daemon logged a panic:\n%s", p.logs.String())
+	if strings.Contains(p.Logs.String(), "panic") {
+		t.Fatalf("daemon logged a panic:\n%s", p.Logs.String())
 	}
 }
 
@@ -255,7 +205,7 @@ func TestHostileFrontEndIsolated(t *testing.T) {
 	_, drvBad := bootVM(t, p.socket("bad"), 1<<30)
 	query(t, drvBad, "on the attacked device")
 	select {
-	case err := <-p.exited:
+	case err := <-p.Exited:
 		t.Fatalf("vstellard exited: %v", err)
 	default:
 	}

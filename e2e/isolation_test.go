@@ -93,12 +93,12 @@ func TestIsolation(t *testing.T) {
 	noEvents(t, r.v)
 	noEvents(t, r.b)
 	select {
-	case err := <-r.proc.exited:
-		r.proc.exited <- err
+	case err := <-r.proc.Exited:
+		r.proc.Exited <- err
 		t.Fatalf("vstellard exited during the attacks: %v", err)
 	default:
 	}
-	if strings.Contains(r.proc.logs.String(), "panic") {
+	if strings.Contains(r.proc.Logs.String(), "panic") {
 		t.Fatal("vstellard logged a panic")
 	}
 	t.Logf("V<->B traffic: %d rounds, each a checked 4-KiB WRITE and 2-KiB SEND both ways", rounds)

@@ -1,20 +1,17 @@
 package hostile
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/vstellar/vstellar/internal/daemonproc"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -33,54 +30,12 @@ const (
 var victimLimits = map[string]uint32{"max_pd": 64, "max_cq": 16, "max_qp": 16, "max_mr": 64, "max_ah": 16}
 
 type daemonProc struct {
-	cmd    *exec.Cmd
+	*daemonproc.Proc
 	runDir string
-	logs   *syncBuffer
-	exited chan error
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// buildDaemon builds cmd/vstellard once per test binary, or takes the
-// binary named by $VSTELLARD_BIN (to run the suite against another build).
-var buildDaemon = sync.OnceValues(func() (string, error) {
-	if bin := os.Getenv("VSTELLARD_BIN"); bin != "" {
-		return bin, nil
-	}
-	dir, err := os.MkdirTemp("", "vstellard-hostile-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "vstellard")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	out, err := exec.Command(gobin, "build", "-o", bin, "github.com/vstellar/vstellar/cmd/vstellard").CombinedOutput()
-	if err != nil {
-		return "", errors.New(string(out))
-	}
-	return bin, nil
-})
 
 func startDaemon(t *testing.T) *daemonProc {
 	t.Helper()
-	bin, err := buildDaemon()
-	if err != nil {
-		t.Fatalf("building vstellard: %v", err)
-	}
 	// Unix socket paths are short; keep the run dir near the root.
 	runDir, err := os.MkdirTemp("", "vshostile-")
 	if err != nil {
@@ -98,20 +53,7 @@ func startDaemon(t *testing.T) *daemonProc {
 		t.Fatal(err)
 	}
 	args := []string{"--config", cfgPath, "--run-dir", runDir, "--log-format", "json", "--log-level", "info"}
-	p := &daemonProc{cmd: exec.Command(bin, args...), runDir: runDir, logs: &syncBuffer{}, exited: make(chan error, 1)}
-	p.cmd.Stderr = p.logs
-	p.cmd.Stdout = p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() {
-			t.Logf("vstellard logs (last 64 KiB):\n%s", tail(p.logs.String(), 64<<10))
-		}
-	})
+	p := &daemonProc{Proc: daemonproc.Start(t, args...), runDir: runDir}
 	c := apiClient(p.apiSocket())
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -120,7 +62,7 @@ func startDaemon(t *testing.T) *daemonProc {
 			return p
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("vstellard not ready: %v\n%s", err, p.logs.String())
+			t.Fatalf("vstellard not ready: %v\n%s", err, p.Logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -169,8 +111,8 @@ func (p *daemonProc) apiSocket() string { return filepath.Join(p.runDir, "vstell
 // exitErr is non-nil once the process has exited.
 func (p *daemonProc) exitErr() error {
 	select {
-	case err := <-p.exited:
-		p.exited <- err
+	case err := <-p.Exited:
+		p.Exited <- err
 		if err == nil {
 			err = errors.New("exit status 0")
 		}
@@ -180,7 +122,7 @@ func (p *daemonProc) exitErr() error {
 	}
 }
 
-func (p *daemonProc) pid() int { return p.cmd.Process.Pid }
+func (p *daemonProc) pid() int { return p.Cmd.Process.Pid }
 
 // fdCount is the number of open descriptors of the daemon.
 func (p *daemonProc) fdCount() (int, error) {

@@ -239,6 +239,6 @@ func wantDaemonAlive(t *testing.T, e *env, d time.Duration) {
 	t.Helper()
 	time.Sleep(d)
 	if err := e.d.exitErr(); err != nil {
-		t.Fatalf("vstellard died: %v\n%s", err, crashLines(e.d.logs.String()))
+		t.Fatalf("vstellard died: %v\n%s", err, crashLines(e.d.Logs.String()))
 	}
 }
