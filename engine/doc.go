@@ -51,7 +51,10 @@
 // each step checks that guest memory was not changed (a memory
 // generation, bumped by Start, Stop, SetMemory and Reset) and the QP not
 // reset or destroyed (a per-QP generation), and refuses otherwise, so a
-// late piece never lands in memory that went away. Incomings are reused
+// late piece never lands in memory that went away. Stop, a VM's pause,
+// first lets Incomings already begun end (up to QuiesceTimeout) and
+// answers new ones "retry", so a pause does not cut a peer's WRITE in
+// half and fail its QP. Incomings are reused
 // from a free list (no allocation per message), except READs, whose
 // ReadAt outlives Release.
 //

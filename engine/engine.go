@@ -69,7 +69,10 @@ type Engine struct {
 	sleeping atomic.Bool  // the engine goroutine is (about to be) asleep
 	idlePoll atomic.Int64 // if > 0, a sleeping engine rescans this often (ns): see SetIdlePoll
 	broken   atomic.Bool  // guest memory faulted: stop touching it until Start/SetMemory/Reset
-	epoch    time.Time
+	// suspending: Stop waits for peers' requests under way; new ones are
+	// told to retry (begin).
+	suspending atomic.Bool
+	epoch      time.Time
 
 	// Test hooks (set under mu by export_test.go only; nil otherwise).
 	// beforeStateCAS runs in ModifyQP between the check of the current

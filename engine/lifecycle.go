@@ -84,10 +84,10 @@ func (e *Engine) stop() {
 	close(e.stopCh)
 	<-e.done
 	e.sleeping.Store(false) // it may have left from its sleep
-	// Exclusive gate with nothing in flight: every responder still
-	// inside has left, and later ones see !running and answer
+	// Exclusive gate with nothing in flight either way: every responder
+	// still inside has left, and later ones see !running and answer
 	// OutcomeRetry.
-	e.lockQuiet(nil)
+	e.lockSuspended()
 	defer e.gate.Unlock()
 	e.running = false
 	e.unbindRegion()
@@ -205,11 +205,7 @@ func (e *Engine) wake() {
 // (abandon), so a dead peer or a receiver that never posts cannot hang
 // the control path.
 func (e *Engine) lockQuiet(only *qp) {
-	timeout := e.cfg.QuiesceTimeout
-	if timeout <= 0 {
-		timeout = DefaultQuiesceTimeout
-	}
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(e.quiesceTimeout())
 	for {
 		e.gate.Lock()
 		busy := e.busyQP(only)
@@ -224,6 +220,54 @@ func (e *Engine) lockQuiet(only *qp) {
 			e.abandon(busy)
 		}
 	}
+}
+
+// lockSuspended is lockQuiet for Stop, which must also let the requests
+// peers have begun on our QPs end: a VMM stops a device to pause the VM,
+// and a WRITE cut half placed would fail the peer's QP (REMOTE_OP) for a
+// pause of ours. Meanwhile new requests are told to retry (begin). It
+// waits at most QuiesceTimeout for them; one still open then is cut, as
+// by a memory change. Caller holds mu.
+func (e *Engine) lockSuspended() {
+	e.suspending.Store(true)
+	defer e.suspending.Store(false)
+	deadline := time.Now().Add(e.quiesceTimeout())
+	for {
+		for e.openIncoming() && time.Now().Before(deadline) {
+			sleepBriefly()
+		}
+		e.lockQuiet(nil)
+		if !e.openIncoming() {
+			return
+		}
+		if !time.Now().Before(deadline) {
+			e.log.Warn("peer requests under way outlived the quiesce timeout: cut", "timeout", e.quiesceTimeout())
+			return
+		}
+		// One began before it saw suspending.
+		e.gate.Unlock()
+	}
+}
+
+// openIncoming reports whether a peer's request is between Begin and its
+// Release on any QP.
+func (e *Engine) openIncoming() bool {
+	for _, q := range *e.live.Load() {
+		q.rmu.Lock()
+		open := q.open != nil
+		q.rmu.Unlock()
+		if open {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Engine) quiesceTimeout() time.Duration {
+	if e.cfg.QuiesceTimeout <= 0 {
+		return DefaultQuiesceTimeout
+	}
+	return e.cfg.QuiesceTimeout
 }
 
 // abandon gives up on q's request in flight: q goes to ERR (QP_FATAL) so

@@ -115,7 +115,7 @@ func (e *Engine) putIncoming(in *incoming) {
 // (the requester learns from the NAK; the responder's guest sees nothing,
 // as when the local fabric refuses before the WQE is taken).
 func (e *Engine) begin(req *fabric.Request) (_ fabric.Incoming, out fabric.Outcome) {
-	if !e.running || e.broken.Load() {
+	if !e.running || e.broken.Load() || e.suspending.Load() {
 		return nil, fabric.OutcomeRetry
 	}
 	q := e.lookupQP(req.Dst.QPN)

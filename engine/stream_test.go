@@ -1088,3 +1088,83 @@ func TestQuiesceTimeout(t *testing.T) {
 		t.Fatalf("SetMemory took %v with nothing in flight", d)
 	}
 }
+
+// TestStopLetsPeerRequestsFinish: a Stop (a VMM pausing the VM) while a
+// peer's WRITE is half placed waits for the rest of it, so the WRITE
+// lands and the peer's QP lives on; requests that begin meanwhile are
+// told to retry. A request that does not end within QuiesceTimeout is
+// cut, and Stop returns.
+func TestStopLetsPeerRequestsFinish(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	f := newStreamFabric(t)
+	a := enginetest.NewGuest(t, f, "a", enginetest.Options{Tenant: 7})
+	b := enginetest.NewGuest(t, f, "b", enginetest.Options{Tenant: 7, QuiesceTimeout: timeout})
+	ca, cb := a.CreateCQ(16), b.CreateCQ(16)
+	qa, qb := a.CreateQP(pd, ca, ca, enginetest.QPOpts{}), b.CreateQP(pd, cb, cb, enginetest.QPOpts{})
+	enginetest.Connect(qa, qb, enginetest.DefaultConn)
+	dst := b.NewBuf(pd, abi.AccessAll, 8192)
+	begin := func() (fabric.Incoming, fabric.Outcome) {
+		return entered(b.Eng).Begin(&fabric.Request{Op: fabric.OpWrite, Len: 8192, RKey: dst.Key, RemoteAddr: dst.GPA,
+			Src: fabric.Addr{GID: a.GID, QPN: qa.QPN}, Dst: fabric.Addr{GID: b.GID, QPN: qb.QPN}})
+	}
+	stop := func() chan time.Duration {
+		stopped := make(chan time.Duration, 1)
+		go func(start time.Time) { b.Eng.Stop(); stopped <- time.Since(start) }(time.Now())
+		// Stop is waiting once new requests are refused.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			in, o := begin()
+			if o == fabric.OutcomeRetry {
+				return stopped
+			}
+			if o != fabric.OutcomeOK || time.Now().After(deadline) {
+				t.Fatalf("Begin while stopping: %v", o)
+			}
+			in.Release()
+		}
+	}
+	piece := bytes.Repeat([]byte{0x5a}, 4096)
+
+	wr, o := begin()
+	if o != fabric.OutcomeOK || !wr.Place(0, piece) {
+		t.Fatalf("Begin: %v", o)
+	}
+	stopped := stop()
+	select {
+	case d := <-stopped:
+		t.Fatalf("Stop returned after %v with a WRITE half placed", d)
+	case <-time.After(timeout / 3):
+	}
+	if !wr.Place(4096, piece) || wr.Commit() != fabric.OutcomeOK {
+		t.Fatal("the rest of the WRITE was refused while stopping")
+	}
+	wr.Release()
+	if d := <-stopped; d >= timeout {
+		t.Fatalf("Stop took %v, the quiesce timeout, though the WRITE ended", d)
+	}
+	if !bytes.Equal(dst.Bytes(), bytes.Repeat([]byte{0x5a}, 8192)) {
+		t.Fatal("the WRITE did not land")
+	}
+	if _, o := begin(); o != fabric.OutcomeRetry {
+		t.Fatalf("Begin on a stopped engine: %v, want retry", o)
+	}
+
+	// Resumed, the QP serves again; a WRITE left half placed is cut at
+	// the timeout.
+	if err := b.Eng.Start(b.Mem, b.DB.View(), b.Layout); err != nil {
+		t.Fatal(err)
+	}
+	wr, o = begin()
+	if o != fabric.OutcomeOK || !wr.Place(0, piece) {
+		t.Fatalf("Begin after Start: %v", o)
+	}
+	if d := <-stop(); d < timeout || d > timeout+time.Second {
+		t.Fatalf("Stop took %v with a WRITE never finished, want about %v", d, timeout)
+	}
+	if wr.Place(4096, piece) || wr.Commit() != fabric.OutcomeRemoteOp {
+		t.Fatal("a WRITE cut by Stop went on")
+	}
+	wr.Release()
+	if resp, err := b.Eng.QueryQP(qb.QPN); err != nil || resp.Attr.State != abi.QPStateRTS || b.Eng.Stats().Abandoned != 0 {
+		t.Fatalf("our QP after a cut peer request: %+v, %v", resp.Attr, err)
+	}
+}
