@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	stellardev "github.com/vstellar/vstellar/device"
+	"github.com/vstellar/vstellar/internal/units"
 	"github.com/vstellar/vstellar/vhost"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
@@ -63,8 +64,6 @@ func StellarDevice(_ context.Context, spec DeviceSpec, shared Shared, log *slog.
 // never reaches.
 const withheldProtocolFeatures = 1 << vhost.ProtoConfigureMemSlots
 
-// limitsJSON is the JSON form of a device's "limits" object. Absent or
-// zero fields take abi.DefaultLimits.
 // limitsJSON is abi.Limits with its JSON names: the same fields in the
 // same order, so each converts to the other (which the compiler checks).
 type limitsJSON struct {
@@ -83,19 +82,28 @@ type limitsJSON struct {
 	PageSizeCap   uint64 `json:"page_size_cap"`
 }
 
+// limitsInput is what a spec's "limits" may say: limitsJSON with the one
+// size among them also taken with a unit ("1G").
+type limitsInput struct {
+	limitsJSON
+	MaxMRSize units.Size `json:"max_mr_size"`
+}
+
 // parseLimits decodes a spec's limits, refusing unknown fields, zeros
 // (leave a field out for its default) and values above
 // abi.CeilingLimits. Errors are *ConfigError with paths under "limits"
 // and offsets counted from raw; all the out-of-range fields are named
 // in one error.
 func parseLimits(raw json.RawMessage) (abi.Limits, error) {
-	var l limitsJSON
 	if len(raw) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return abi.Limits{}, nil
 	}
-	if err := DecodeStrict(raw, &l); err != nil {
+	var in limitsInput
+	if err := DecodeStrict(raw, &in); err != nil {
 		return abi.Limits{}, underPath("limits", err)
 	}
+	l := in.limitsJSON
+	l.MaxMRSize = uint64(in.MaxMRSize)
 	var errs []error
 	got, ceil := reflect.ValueOf(l), reflect.ValueOf(limitsJSON(abi.CeilingLimits))
 	for _, v := range indexJSON(raw) {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -22,6 +23,17 @@ func TestParseLimits(t *testing.T) {
 	l, err := parseLimits(json.RawMessage(`{"max_qp": 8, "max_mr_size": 4096}`))
 	if err != nil || l.MaxQP != 8 || l.MaxMRSize != 4096 || l.MaxCQ != 0 {
 		t.Fatalf("%+v %v", l, err)
+	}
+	// The one size among the limits takes a unit too.
+	l, err = parseLimits(json.RawMessage(`{"max_mr_size": "1G"}`))
+	if err != nil || l.MaxMRSize != 1<<30 {
+		t.Fatalf("max_mr_size 1G: %+v %v", l, err)
+	}
+	if _, err := parseLimits(json.RawMessage(`{"max_mr_size": "1X"}`)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "limits.max_mr_size") {
+		t.Fatalf("max_mr_size 1X: %v", err)
+	}
+	if _, err := parseLimits(json.RawMessage(`{"max_mr_size": "8P"}`)); err == nil {
+		t.Fatal("max_mr_size 8P accepted")
 	}
 	if _, err := parseLimits(json.RawMessage(`{"max_qps": 8}`)); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("unknown field: %v", err)

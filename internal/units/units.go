@@ -19,10 +19,11 @@ const maxSize = math.MaxInt64
 
 // ParseSize reads a size in bytes: decimal digits with an optional
 // suffix K, M, G or T (any case), optionally followed by "i", "B" or
-// "iB". Zero is a size; negative, fractional and overflowing ones are
-// errors.
+// "iB"; a bare "B" says bytes. Zero is a size; negative, fractional and
+// overflowing ones are errors.
 func ParseSize(s string) (uint64, error) {
-	num := strings.TrimSuffix(strings.TrimSuffix(s, "B"), "i")
+	bytes := strings.TrimSuffix(s, "B")
+	num := strings.TrimSuffix(bytes, "i")
 	shift := 0
 	if n := len(num); n > 0 {
 		switch num[n-1] {
@@ -37,7 +38,7 @@ func ParseSize(s string) (uint64, error) {
 		}
 		if shift > 0 {
 			num = num[:n-1]
-		} else if num != s {
+		} else if num != bytes {
 			return 0, fmt.Errorf("size %q: a unit needs K, M, G or T before it", s)
 		}
 	}

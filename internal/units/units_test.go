@@ -8,12 +8,12 @@ import (
 
 func TestParseSize(t *testing.T) {
 	for s, want := range map[string]uint64{"4G": 4 << 30, "4GiB": 4 << 30, "4Gi": 4 << 30, "512m": 512 << 20, "1536MB": 1536 << 20,
-		"1T": 1 << 40, "65536": 65536, "8K": 8192, "0": 0, "10G": 10 << 30, "8388607T": 8388607 << 40} {
+		"1T": 1 << 40, "65536": 65536, "8K": 8192, "0": 0, "10G": 10 << 30, "8388607T": 8388607 << 40, "512B": 512, "0B": 0} {
 		if got, err := ParseSize(s); err != nil || got != want {
 			t.Errorf("%q: %d %v, want %d", s, got, err, want)
 		}
 	}
-	for _, s := range []string{"", "G", "-1G", "-1", "+1", "4X", "4iB", "1.5G", "9223372036854775807G", "8388608T",
+	for _, s := range []string{"", "G", "-1G", "-1", "+1", "4X", "4iB", "4i", "B", "iB", "1.5G", "9223372036854775807G", "8388608T",
 		"18446744073709551616", " 4G", "4G ", "0x10", "1e9"} {
 		if got, err := ParseSize(s); err == nil {
 			t.Errorf("%q: %d, want an error", s, got)
