@@ -150,6 +150,7 @@ func newFzEnv(tb testing.TB) *fzEnv {
 // result of one harness run.
 type fzResult struct {
 	pops, views int
+	heads       []uint16 // of the chains popped, in order
 	err         error
 }
 
@@ -157,8 +158,23 @@ type fzResult struct {
 // fzMaxPops, and checks the invariants that hold for any input.
 func (f *fzEnv) run(t testing.TB, in fzInput) fzResult {
 	t.Helper()
-	// Reset memory: zero rings, canary patterns in the data regions, then
-	// the input.
+	check := f.lay(t, in)
+	eventIdx := in.availIdx&0x8000 != 0 // cover both modes
+	q, err := NewDeviceQueue(f.mem, fzSize, f.addrs, eventIdx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetNextAvail(in.nextAvail)
+	res := f.popAll(t, q)
+	check()
+	return res
+}
+
+// lay resets guest memory (zero rings, canary patterns in the data
+// regions) and writes the input into it. The returned check fails t if
+// anything but the used ring changed since.
+func (f *fzEnv) lay(t testing.TB, in fzInput) (check func()) {
+	t.Helper()
 	clear(f.rings)
 	copy(f.r1, f.r1Pat)
 	copy(f.r2, f.r2Pat)
@@ -172,13 +188,26 @@ func (f *fzEnv) run(t testing.TB, in fzInput) fzResult {
 	copy(f.r1Want, f.r1)
 	descWant := bytes.Clone(desc)
 	availWant := bytes.Clone(avail)
-
-	eventIdx := in.availIdx&0x8000 != 0 // cover both modes
-	q, err := NewDeviceQueue(f.mem, fzSize, f.addrs, eventIdx)
-	if err != nil {
-		t.Fatal(err)
+	return func() {
+		t.Helper()
+		// Pop wrote nothing but (with EVENT_IDX) avail_event in the used
+		// ring.
+		if !bytes.Equal(f.r1, f.r1Want) {
+			t.Fatal("Pop wrote into data region r1")
+		}
+		if !bytes.Equal(f.r2, f.r2Pat) {
+			t.Fatal("Pop wrote into region r2")
+		}
+		if !bytes.Equal(desc, descWant) || !bytes.Equal(avail, availWant) {
+			t.Fatal("Pop wrote into the descriptor table or avail ring")
+		}
 	}
-	q.SetNextAvail(in.nextAvail)
+}
+
+// popAll pops from q until empty, error or fzMaxPops, checking each chain
+// and each failure.
+func (f *fzEnv) popAll(t testing.TB, q *DeviceQueue) fzResult {
+	t.Helper()
 	var res fzResult
 	var c Chain
 	for range fzMaxPops {
@@ -201,6 +230,7 @@ func (f *fzEnv) run(t testing.TB, in fzInput) fzResult {
 			break
 		}
 		res.pops++
+		res.heads = append(res.heads, c.Head)
 		if c.Head >= fzSize {
 			t.Fatalf("head %d", c.Head)
 		}
@@ -221,16 +251,6 @@ func (f *fzEnv) run(t testing.TB, in fzInput) fzResult {
 			t.Fatalf("lengths %d/%d, views sum to %d/%d", c.ReadableLen, c.WritableLen, r, w)
 		}
 		res.views += len(c.Readable) + len(c.Writable)
-	}
-	// Pop wrote nothing but (with EVENT_IDX) avail_event in the used ring.
-	if !bytes.Equal(f.r1, f.r1Want) {
-		t.Fatal("Pop wrote into data region r1")
-	}
-	if !bytes.Equal(f.r2, f.r2Pat) {
-		t.Fatal("Pop wrote into region r2")
-	}
-	if !bytes.Equal(desc, descWant) || !bytes.Equal(avail, availWant) {
-		t.Fatal("Pop wrote into the descriptor table or avail ring")
 	}
 	return res
 }

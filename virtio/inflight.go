@@ -84,8 +84,8 @@ func inflDescOff(head uint16) uint64 { return inflHeaderSize + inflDescSize*uint
 //
 // The region lives in memory the front-end (VMM) holds, and the recovery
 // also reads used->idx from guest memory, so both are checked: an
-// inconsistent region gives an error wrapping ErrBadInflight and leaves the
-// queue without inflight tracking.
+// inconsistent region gives an error wrapping ErrBadInflight, is left as
+// it was, and leaves the queue without inflight tracking.
 func (q *DeviceQueue) SetInflight(v guestmem.View) error {
 	need := inflHeaderSize + inflDescSize*uint64(q.size)
 	if v.Len() < need || v.Len() < InflightQueueSize(q.size) {
@@ -114,9 +114,6 @@ func (q *DeviceQueue) SetInflight(v guestmem.View) error {
 	case inflightVersion:
 	default:
 		return fmt.Errorf("region version %d, want %d: %w", version, inflightVersion, ErrBadInflight)
-	}
-	if descNum == 0 {
-		v.PutUint16(inflOffDescNum, q.size)
 	}
 
 	// Repair the last batch: used->idx moved past used_idx, so the batch
@@ -161,6 +158,9 @@ func (q *DeviceQueue) SetInflight(v guestmem.View) error {
 	}
 
 	// All checks passed: commit.
+	if descNum == 0 {
+		v.PutUint16(inflOffDescNum, q.size)
+	}
 	for _, h := range clearHeads {
 		v.StoreUint16Release(inflDescOff(h)+inflDescOffInflight, 0)
 	}

@@ -1,6 +1,7 @@
 package virtio
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"slices"
@@ -191,4 +192,101 @@ func TestInflightCrashRecovery(t *testing.T) {
 			}
 		})
 	}
+}
+
+// inflSeed builds one queue's inflight region: its header, and the heads
+// in flight with their pop counters.
+func inflSeed(version, descNum, lastBatchHead, usedIdx uint16, inflight map[uint16]uint64) []byte {
+	b := make([]byte, InflightQueueSize(fzSize))
+	binary.LittleEndian.PutUint16(b[inflOffVersion:], version)
+	binary.LittleEndian.PutUint16(b[inflOffDescNum:], descNum)
+	binary.LittleEndian.PutUint16(b[inflOffLastBatchHead:], lastBatchHead)
+	binary.LittleEndian.PutUint16(b[inflOffUsedIdx:], usedIdx)
+	for h, counter := range inflight {
+		b[inflDescOff(h)+inflDescOffInflight] = 1
+		binary.LittleEndian.PutUint64(b[inflDescOff(h)+inflDescOffCounter:], counter)
+	}
+	return b
+}
+
+// FuzzInflightRecovery hands SetInflight a region as a reconnecting
+// back-end finds it: the front-end keeps the buffer across back-end
+// restarts and may have forged it, and the used ring may hold any index.
+// SetInflight either refuses it (ErrBadInflight), leaving the region and
+// the queue as they were, or adopts it: every pending head a real one,
+// listed once, and NextAvail past them. The pops that follow hand out the
+// pending heads first, in their order, and never a view outside guest
+// memory (fzEnv's checks).
+func FuzzInflightRecovery(f *testing.F) {
+	fe := newFzEnv(f)
+	m, err := guestmem.MapAnonymous(InflightQueueSize(fzSize))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { m.Unmap() })
+	var all []byte // every head a valid one-buffer chain
+	for range fzSize {
+		all = append(all, desc16(fzData, 8, fW, 0)...)
+	}
+	f.Add(inflSeed(0, 0, 0, 0, nil), uint16(0), all, ring(0), uint16(1))
+	f.Add(inflSeed(1, fzSize, 0, 5, map[uint16]uint64{2: 7, 5: 3}), uint16(5), all, ring(0, 0, 0, 0, 0, 5, 2, 1), uint16(8))
+	// A batch of two (heads 2 then 6) reached the driver before the crash.
+	torn := inflSeed(1, fzSize, 2, 3, map[uint16]uint64{2: 7, 6: 8, 4: 1})
+	binary.LittleEndian.PutUint16(torn[inflDescOff(2)+inflDescOffNext:], 6)
+	f.Add(torn, uint16(5), all, ring(0, 0, 0, 0, 0, 4, 0, 0), uint16(6))
+	f.Add(inflSeed(7, fzSize, 0, 0, nil), uint16(0), all, ring(0), uint16(1))
+	f.Add(inflSeed(1, 0, 0, 0, map[uint16]uint64{9: 1}), uint16(40), all, ring(0), uint16(41))
+	f.Add(inflSeed(1, fzSize, 0, 0, map[uint16]uint64{1: ^uint64(0)}), uint16(0), all, ring(1), uint16(1))
+	f.Add(inflSeed(1, fzSize, 0, 0, map[uint16]uint64{3: 1}), uint16(0), descs(desc16(fzData, 8, fN, 3)), ring(3), uint16(1))
+
+	region := m.View()
+	f.Fuzz(func(t *testing.T, reg []byte, usedIdx uint16, desc, avail []byte, availIdx uint16) {
+		check := fe.lay(t, fzInput{desc: desc, ring: avail, availIdx: availIdx})
+		binary.LittleEndian.PutUint16(fe.bytes(t, fe.addrs.Used+2, 2), usedIdx)
+		b := region.Bytes()
+		clear(b)
+		copy(b, reg)
+		before := bytes.Clone(b)
+		q, err := NewDeviceQueue(fe.mem, fzSize, fe.addrs, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.SetNextAvail(usedIdx) // as a front-end replays it after a crash
+		if err := q.SetInflight(region); err != nil {
+			if !errors.Is(err, ErrBadInflight) {
+				t.Fatalf("error of unknown class: %v", err)
+			}
+			if !bytes.Equal(b, before) {
+				t.Fatal("a refused region was changed")
+			}
+			if _, err := q.InflightPending(); err == nil || q.NextAvail() != usedIdx {
+				t.Fatal("a refused region was adopted")
+			}
+			return
+		}
+		pending, err := q.InflightPending()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[uint16]bool{}
+		for _, h := range pending {
+			if h >= fzSize || seen[h] {
+				t.Fatalf("pending heads %v", pending)
+			}
+			seen[h] = true
+		}
+		if want := usedIdx + uint16(len(pending)); q.NextAvail() != want {
+			t.Fatalf("next avail %d, want %d", q.NextAvail(), want)
+		}
+		if region.Uint16(inflOffVersion) != inflightVersion || region.Uint16(inflOffDescNum) != fzSize || region.Uint16(inflOffUsedIdx) != usedIdx {
+			t.Fatalf("region header not brought up to date: % x", b[:inflHeaderSize])
+		}
+		res := fe.popAll(t, q)
+		for i, h := range res.heads[:min(len(res.heads), len(pending))] {
+			if h != pending[i] {
+				t.Fatalf("popped %v, pending first were %v", res.heads, pending)
+			}
+		}
+		check()
+	})
 }
