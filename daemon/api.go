@@ -6,42 +6,28 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+
+	"github.com/vstellar/vstellar/api"
 )
 
 // maxRequestBody bounds API request bodies.
 const maxRequestBody = 64 << 10
 
-// Health is the answer of GET /v1/health.
-type Health struct {
-	Status  string `json:"status"` // "ok" or "shutting down"
-	Devices int    `json:"devices"`
-}
-
-// DeviceList is the answer of GET /v1/devices.
-type DeviceList struct {
-	Devices []DeviceInfo `json:"devices"`
-}
-
-// apiError is the body of every error answer.
-type apiError struct {
-	Error string `json:"error"`
-}
-
 // Handler returns the management API:
 //
-//	GET    /v1/health          200 Health (503 while shutting down)
-//	GET    /v1/devices         200 DeviceList
-//	POST   /v1/devices         201 DeviceInfo; body DeviceSpec
-//	GET    /v1/devices/{name}  200 DeviceInfo
+//	GET    /v1/health          200 api.Health (503 while shutting down)
+//	GET    /v1/devices         200 api.DeviceList
+//	POST   /v1/devices         201 api.DeviceInfo; body api.DeviceSpec
+//	GET    /v1/devices/{name}  200 api.DeviceInfo
 //	DELETE /v1/devices/{name}  204
-//	GET    /v1/devices/{name}/stats  200 DeviceStatus
-//	GET    /v1/devices/{name}/qps    200 QPList (?limit=N, default 1000)
-//	GET    /v1/devices/{name}/mrs    200 MRList (?limit=N, default 1000)
-//	GET    /v1/host            200 HostStatus
-//	GET    /v1/host/nics       200 NICList
-//	GET    /v1/host/paths      200 PathList (404 without a fabric)
+//	GET    /v1/devices/{name}/stats  200 api.DeviceStatus
+//	GET    /v1/devices/{name}/qps    200 api.QPList (?limit=N, default 1000)
+//	GET    /v1/devices/{name}/mrs    200 api.MRList (?limit=N, default 1000)
+//	GET    /v1/host            200 api.HostStatus
+//	GET    /v1/host/nics       200 api.NICList
+//	GET    /v1/host/paths      200 api.PathList (404 without a fabric)
 //
-// Errors are {"error": "..."} with 400, 404, 405, 409, 413, 415, 500 or 503.
+// Errors are {"error": "..."} (api.ErrorBody) with 400, 404, 405, 409, 413, 415, 500 or 503.
 func (m *Manager) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", m.handleHealth)
@@ -98,7 +84,7 @@ func (m *Manager) handleHealth(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	closing := m.closing
 	m.mu.Unlock()
-	h := Health{Status: "ok", Devices: len(m.Devices())}
+	h := api.Health{Status: "ok", Devices: len(m.Devices())}
 	status := http.StatusOK
 	if closing {
 		h.Status, status = "shutting down", http.StatusServiceUnavailable
@@ -107,7 +93,7 @@ func (m *Manager) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (m *Manager) handleList(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, DeviceList{Devices: m.Devices()})
+	writeJSON(w, http.StatusOK, api.DeviceList{Devices: m.Devices()})
 }
 
 func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
@@ -117,7 +103,7 @@ func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var spec DeviceSpec
+	var spec api.DeviceSpec
 	if err := decodeStrict(http.MaxBytesReader(w, r.Body, maxRequestBody), &spec); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -138,7 +124,7 @@ func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
 
 func (m *Manager) handleGet(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if err := ValidateName(name); err != nil {
+	if err := api.ValidateName(name); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -168,5 +154,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, apiError{Error: msg})
+	writeJSON(w, status, api.ErrorBody{Error: msg})
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 )
 
@@ -30,7 +31,7 @@ func FuzzAPIRequest(f *testing.F) {
 	f.Cleanup(func() { os.RemoveAll(dir) })
 	cfg := daemon.DefaultConfig()
 	cfg.RunDir = dir
-	cfg.ShutdownTimeout = daemon.Duration(5 * time.Second)
+	cfg.ShutdownTimeout = api.Duration(5 * time.Second)
 	cfg.Factory = daemon.StellarDevice
 	m, err := daemon.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -93,7 +94,7 @@ func FuzzAPIRequest(f *testing.F) {
 		if rec.Code != http.StatusCreated {
 			return
 		}
-		var info daemon.DeviceInfo
+		var info api.DeviceInfo
 		if err := json.Unmarshal(rec.Body.Bytes(), &info); err != nil || info.Name == "" {
 			t.Fatalf("201 without a device: %q (%v)", rec.Body.Bytes(), err)
 		}

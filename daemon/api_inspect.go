@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/vstellar/vstellar/api"
 )
 
 // Listing bounds: a device may have a million MRs; an answer lists at
@@ -17,7 +19,7 @@ const (
 // device, or writes the error answer and returns nil.
 func (m *Manager) pathDevice(w http.ResponseWriter, r *http.Request) *device {
 	name := r.PathValue("name")
-	if err := ValidateName(name); err != nil {
+	if err := api.ValidateName(name); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return nil
 	}
@@ -43,7 +45,7 @@ func listLimit(r *http.Request) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > maxListLimit {
-		return 0, fmt.Errorf("%w: limit %q: want 1..%d", ErrInvalid, v, maxListLimit)
+		return 0, fmt.Errorf("%w: limit %q: want 1..%d", api.ErrInvalid, v, maxListLimit)
 	}
 	return n, nil
 }
@@ -73,10 +75,10 @@ func handleListing[T, S any](m *Manager, w http.ResponseWriter, r *http.Request,
 
 func (m *Manager) handleQPs(w http.ResponseWriter, r *http.Request) {
 	handleListing(m, w, r, Inspector.QPs, qpStatus,
-		func(n int, qps []QPStatus) any { return QPList{Total: n, QPs: qps} })
+		func(n int, qps []api.QPStatus) any { return api.QPList{Total: n, QPs: qps} })
 }
 
 func (m *Manager) handleMRs(w http.ResponseWriter, r *http.Request) {
 	handleListing(m, w, r, Inspector.MRs, mrStatus,
-		func(n int, mrs []MRStatus) any { return MRList{Total: n, MRs: mrs} })
+		func(n int, mrs []api.MRStatus) any { return api.MRList{Total: n, MRs: mrs} })
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon/daemontest"
 )
 
@@ -20,8 +21,11 @@ import (
 // body.
 func rawDo(t *testing.T, sock, method, path, contentType, body string) (int, string, http.Header) {
 	t.Helper()
-	c := daemon.NewClient(sock) // only for its transport
-	defer c.Close()
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}
+	defer tr.CloseIdleConnections()
 	req, err := http.NewRequest(method, "http://vstellard"+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +33,7 @@ func rawDo(t *testing.T, sock, method, path, contentType, body string) (int, str
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := daemon.HTTPClientForTest(c).Do(req)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +56,7 @@ func TestAPICreateListShowDestroy(t *testing.T) {
 	}
 
 	limits := json.RawMessage(`{"max_qp":8}`)
-	d0, err := r.client.CreateDevice(ctx, daemon.DeviceSpec{Name: "d0", Limits: limits})
+	d0, err := r.client.CreateDevice(ctx, api.DeviceSpec{Name: "d0", Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +66,7 @@ func TestAPICreateListShowDestroy(t *testing.T) {
 	if fi, err := os.Stat(d0.Socket); err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("device socket: %v %v", fi, err)
 	}
-	if _, err := r.client.CreateDevice(ctx, daemon.DeviceSpec{Name: "d1"}); err != nil {
+	if _, err := r.client.CreateDevice(ctx, api.DeviceSpec{Name: "d1"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -93,14 +97,14 @@ func TestAPICreateListShowDestroy(t *testing.T) {
 	if n := f.Backend("d0").Shutdowns.Load(); n != 1 {
 		t.Errorf("backend shut down %d times", n)
 	}
-	if _, err := r.client.Device(ctx, "d0"); !errors.Is(err, daemon.ErrNotFound) {
+	if _, err := r.client.Device(ctx, "d0"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("show destroyed: %v", err)
 	}
-	if err := r.client.DestroyDevice(ctx, "d0"); !errors.Is(err, daemon.ErrNotFound) {
+	if err := r.client.DestroyDevice(ctx, "d0"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("destroy twice: %v", err)
 	}
 	// The name is free again.
-	if _, err := r.client.CreateDevice(ctx, daemon.DeviceSpec{Name: "d0"}); err != nil {
+	if _, err := r.client.CreateDevice(ctx, api.DeviceSpec{Name: "d0"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -110,7 +114,7 @@ func TestAPIInvalidNamesCreateNothing(t *testing.T) {
 	r := run(t, testConfig(t, f))
 	before := dirNames(t, r.m.RunDir())
 	for _, name := range []string{"../x", "", strings.Repeat("n", 65), "a/b", "..", ".", "/etc/passwd", "a b"} {
-		body, _ := json.Marshal(daemon.DeviceSpec{Name: name})
+		body, _ := json.Marshal(api.DeviceSpec{Name: name})
 		status, resp, _ := rawDo(t, r.m.APISocket(), "POST", "/v1/devices", "application/json", string(body))
 		if status != http.StatusBadRequest || !strings.Contains(resp, `"error"`) {
 			t.Errorf("create %q: %d %s", name, status, resp)
@@ -137,9 +141,9 @@ func TestAPIInvalidNamesCreateNothing(t *testing.T) {
 }
 
 func TestAPIErrors(t *testing.T) {
-	f := &daemontest.Factory{Err: func(s daemon.DeviceSpec) error {
+	f := &daemontest.Factory{Err: func(s api.DeviceSpec) error {
 		if s.Name == "badlimits" {
-			return errors.Join(daemon.ErrInvalid, errors.New("max_qp too large"))
+			return errors.Join(api.ErrInvalid, errors.New("max_qp too large"))
 		}
 		if s.Name == "broken" {
 			return errors.New("out of memfds")
@@ -148,7 +152,7 @@ func TestAPIErrors(t *testing.T) {
 	}}
 	r := run(t, testConfig(t, f))
 	sock := r.m.APISocket()
-	if _, err := r.client.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "dup"}); err != nil {
+	if _, err := r.client.CreateDevice(context.Background(), api.DeviceSpec{Name: "dup"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

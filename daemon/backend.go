@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/pvdma"
 )
@@ -53,8 +54,8 @@ type Shared struct {
 // DeviceFactory builds the device model and its Backend for spec. spec
 // has been validated (name, limits is a JSON object or empty); checking
 // the contents of spec.Limits is the factory's job, and it should wrap
-// ErrInvalid for bad limits so that the API answers 400. shared is the
-// daemon's. log is the daemon's: the device model and the vhost back-end
-// each name the device in what they log (with spec.Name), so it must not
-// carry the name already. ctx bounds the construction only.
-type DeviceFactory func(ctx context.Context, spec DeviceSpec, shared Shared, log *slog.Logger) (Instance, error)
+// api.ErrInvalid for bad limits so that the API answers 400. shared is
+// the daemon's. log is the daemon's: the device model and the vhost
+// back-end each name the device in what they log (with spec.Name), so
+// it must not carry the name already. ctx bounds the construction only.
+type DeviceFactory func(ctx context.Context, spec api.DeviceSpec, shared Shared, log *slog.Logger) (Instance, error)

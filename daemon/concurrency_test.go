@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon/daemontest"
 )
 
@@ -18,11 +18,11 @@ func TestConcurrentCreateSameName(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Go(func() {
-			_, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "same"})
+			_, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "same"})
 			switch {
 			case err == nil:
 				ok.Add(1)
-			case errors.Is(err, daemon.ErrExists):
+			case errors.Is(err, api.ErrExists):
 				exists.Add(1)
 			default:
 				t.Error(err)
@@ -43,7 +43,7 @@ func TestConcurrentCreateDestroyManyDevices(t *testing.T) {
 		wg.Go(func() {
 			name := fmt.Sprintf("dev%d", i)
 			for range 5 {
-				if _, err := r.client.CreateDevice(ctx, daemon.DeviceSpec{Name: name}); err != nil {
+				if _, err := r.client.CreateDevice(ctx, api.DeviceSpec{Name: name}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -64,18 +64,18 @@ func TestConcurrentCreateDestroyManyDevices(t *testing.T) {
 func TestFactoryPanicInAPIKeepsNameFree(t *testing.T) {
 	var panics atomic.Bool
 	panics.Store(true)
-	f := &daemontest.Factory{Err: func(daemon.DeviceSpec) error {
+	f := &daemontest.Factory{Err: func(api.DeviceSpec) error {
 		if panics.Load() {
 			panic("factory bug")
 		}
 		return nil
 	}}
 	r := run(t, testConfig(t, f))
-	if _, err := r.client.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "p"}); err == nil {
+	if _, err := r.client.CreateDevice(context.Background(), api.DeviceSpec{Name: "p"}); err == nil {
 		t.Fatal("create with a panicking factory succeeded")
 	}
 	panics.Store(false)
-	if _, err := r.client.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "p"}); err != nil {
+	if _, err := r.client.CreateDevice(context.Background(), api.DeviceSpec{Name: "p"}); err != nil {
 		t.Fatalf("name left reserved after a panic: %v", err)
 	}
 }

@@ -15,20 +15,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
+	"github.com/vstellar/vstellar/internal/confcheck"
 	"github.com/vstellar/vstellar/internal/units"
 	"github.com/vstellar/vstellar/pvdma"
 )
 
-// Defaults for Config fields left empty.
+// Defaults for Config fields left empty (and api.DefaultRunDir).
 const (
-	DefaultRunDir          = "/run/vstellar"
 	DefaultLogLevel        = "info"
 	DefaultLogFormat       = "text"
 	DefaultSocketMode      = FileMode(0o600)
-	DefaultShutdownTimeout = Duration(10 * time.Second)
-
-	// APISocketName is the management API socket, inside the run dir.
-	APISocketName = "vstellard.sock"
+	DefaultShutdownTimeout = api.Duration(10 * time.Second)
 
 	maxConfigFileSize  = 1 << 20
 	maxShutdownTimeout = 5 * time.Minute
@@ -66,7 +64,7 @@ type Config struct {
 	// 0600). The API socket is always 0600.
 	SocketMode FileMode `json:"socket_mode"`
 	// ShutdownTimeout bounds the whole shutdown of the Manager.
-	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	ShutdownTimeout api.Duration `json:"shutdown_timeout"`
 	// PinBudget bounds the guest memory all devices together keep pinned
 	// for DMA, in bytes; least recently used chunks are released to stay
 	// under it. 0 means no bound when running as root (CAP_IPC_LOCK) and
@@ -79,7 +77,7 @@ type Config struct {
 	// that serves Prometheus metrics at /metrics; empty serves none.
 	MetricsListen string `json:"metrics_listen,omitempty"`
 	// Devices are created when Run starts.
-	Devices []DeviceSpec `json:"devices"`
+	Devices []api.DeviceSpec `json:"devices"`
 
 	// Factory builds a device model and its vhost-user back-end. It is
 	// injected by the program, never read from the file. Required.
@@ -93,75 +91,10 @@ type Config struct {
 	ListenIn func(open func() error) error `json:"-"`
 }
 
-// DeviceSpec describes a device to create.
-type DeviceSpec struct {
-	// Name is the device name (see ValidateName); the device socket is
-	// <RunDir>/<Name>.sock.
-	Name string `json:"name"`
-	// Limits is a JSON object passed through to the device model
-	// unchanged. Absent or null means the device model's defaults.
-	Limits json.RawMessage `json:"limits,omitempty"`
-	// Pin says how the device pins guest memory for DMA. Absent means on
-	// demand with no budget of its own.
-	Pin *PinSpec `json:"pin,omitempty"`
-	// Tenant is the tenant the device's VM belongs to: over the
-	// cross-host fabric its QPs connect only to QPs of the same tenant.
-	Tenant uint32 `json:"tenant,omitempty"`
-}
-
-// PinSpec is a device's pinning policy.
-type PinSpec struct {
-	// Mode is "on-demand" (pin 2 MiB chunks at first DMA, the default),
-	// "at-reg-mr" (also pin an MR's memory when it is registered) or
-	// "all" (pin all guest memory when the VMM adds it: the VFIO
-	// baseline).
-	Mode string `json:"mode,omitempty"`
-	// Budget bounds the memory this device pins on demand, in bytes
-	// (0: only the daemon's pin_budget_bytes).
-	Budget uint64 `json:"budget_bytes,omitempty"`
-}
-
-// PinMode is the spec's pin mode (on demand if unset).
-func (s DeviceSpec) PinMode() (pvdma.Mode, error) {
-	if s.Pin == nil || s.Pin.Mode == "" {
-		return pvdma.ModeOnDemand, nil
-	}
-	m, err := pvdma.ParseMode(s.Pin.Mode)
-	if err != nil {
-		return 0, badValue("pin.mode", "%q: want on-demand, at-reg-mr or all", s.Pin.Mode)
-	}
-	return m, nil
-}
-
-// Validate checks the spec: its name, pin policy and limits. Errors are
-// *ConfigError (so wrap ErrInvalid) with paths inside the spec
-// ("limits.max_qp"); several limits out of range are reported together.
-func (s DeviceSpec) Validate() error {
-	if err := ValidateName(s.Name); err != nil {
-		return underPath("name", err)
-	}
-	mode, err := s.PinMode()
-	if err != nil {
-		return err
-	}
-	if s.Pin != nil && s.Pin.Budget != 0 {
-		switch {
-		case mode == pvdma.ModeAll:
-			// Mode all pins whole regions against the host budget only
-			// (pvdma): a device budget would silently do nothing.
-			return badValue("pin.budget_bytes", "has no effect with mode all, which pins all guest memory against the host's pin_budget_bytes")
-		case s.Pin.Budget < pvdma.ChunkSize:
-			return badValue("pin.budget_bytes", "%d is below one pinning chunk (%s)", s.Pin.Budget, units.FormatSize(pvdma.ChunkSize))
-		}
-	}
-	_, err = parseLimits(s.Limits)
-	return err
-}
-
 // DefaultConfig returns a Config with every default filled in.
 func DefaultConfig() Config {
 	return Config{
-		RunDir:          DefaultRunDir,
+		RunDir:          api.DefaultRunDir,
 		LogLevel:        DefaultLogLevel,
 		LogFormat:       DefaultLogFormat,
 		SocketMode:      DefaultSocketMode,
@@ -171,19 +104,19 @@ func DefaultConfig() Config {
 
 // LoadConfigFile reads a JSON config file on top of DefaultConfig.
 // Unknown keys are errors, so a misspelt key is never silently ignored.
-// Errors are *ConfigError naming the file, the line and column, and the
-// key. The result's file values are checked; call Validate after
-// applying overrides.
+// Errors are *confcheck.ConfigError naming the file, the line and
+// column, and the key. The result's file values are checked; call
+// Validate after applying overrides.
 func LoadConfigFile(path string) (Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		// The PathError names the file already.
-		return Config{}, &ConfigError{Err: err, off: -1}
+		return Config{}, &confcheck.ConfigError{Err: err, Offset: -1}
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxConfigFileSize+1))
 	if err != nil {
-		return Config{}, &ConfigError{Err: err, off: -1}
+		return Config{}, &confcheck.ConfigError{Err: err, Offset: -1}
 	}
 	return parseConfig(path, data)
 }
@@ -213,7 +146,7 @@ type deviceFile struct {
 	Pin *pinFile `json:"pin,omitempty"`
 }
 
-type deviceFields DeviceSpec
+type deviceFields api.DeviceSpec
 
 type pinFile struct {
 	Mode   string     `json:"mode,omitempty"`
@@ -225,14 +158,14 @@ type pinFile struct {
 // each error in data.
 func parseConfig(source string, data []byte) (Config, error) {
 	fail := func(err error) (Config, error) {
-		var ce *ConfigError
+		var ce *confcheck.ConfigError
 		if !errors.As(err, &ce) {
-			ce = &ConfigError{Err: err, off: -1}
+			ce = &confcheck.ConfigError{Err: err, Offset: -1}
 		}
-		if ce.off < 0 && ce.Path != "" {
-			for _, v := range indexJSON(data) {
-				if v.path == ce.Path {
-					ce.off = v.start // the last: the decoder keeps a repeated key's last value
+		if ce.Offset < 0 && ce.Path != "" {
+			for _, v := range confcheck.Index(data) {
+				if v.Path == ce.Path {
+					ce.Offset = v.Start // the last: the decoder keeps a repeated key's last value
 				}
 			}
 		}
@@ -242,26 +175,26 @@ func parseConfig(source string, data []byte) (Config, error) {
 		return fail(fmt.Errorf("larger than %d bytes", maxConfigFileSize))
 	}
 	f := configFile{configFields: configFields(DefaultConfig())}
-	if err := decodeLocated(data, &f); err != nil {
+	if err := confcheck.DecodeStrict(data, &f); err != nil {
 		return fail(err)
 	}
 	cfg := Config(f.configFields)
 	cfg.PinBudget = uint64(f.PinBudget)
 	cfg.Devices = nil
 	for _, d := range f.Devices {
-		spec := DeviceSpec(d.deviceFields)
+		spec := api.DeviceSpec(d.deviceFields)
 		if d.Pin != nil {
-			spec.Pin = &PinSpec{Mode: d.Pin.Mode, Budget: uint64(d.Pin.Budget)}
+			spec.Pin = &api.PinSpec{Mode: d.Pin.Mode, Budget: uint64(d.Pin.Budget)}
 		}
 		cfg.Devices = append(cfg.Devices, spec)
 	}
 	if err := cfg.validateFields(); err != nil {
-		var ce *ConfigError
-		if errors.As(err, &ce) && ce.off >= 0 {
+		var ce *confcheck.ConfigError
+		if errors.As(err, &ce) && ce.Offset >= 0 {
 			// Offsets inside a device's limits count from its object.
-			for _, v := range indexJSON(data) {
-				if strings.HasSuffix(v.path, ".limits") && strings.HasPrefix(ce.Path+".", v.path+".") {
-					ce.off += v.start
+			for _, v := range confcheck.Index(data) {
+				if strings.HasSuffix(v.Path, ".limits") && strings.HasPrefix(ce.Path+".", v.Path+".") {
+					ce.Offset += v.Start
 					break
 				}
 			}
@@ -271,32 +204,26 @@ func parseConfig(source string, data []byte) (Config, error) {
 	return cfg, nil
 }
 
-// DecodeStrict decodes data, exactly one JSON value, into v, rejecting
-// unknown fields and trailing data: the rule for every JSON the daemon
-// accepts (config file, API bodies, device limits). Errors are
-// *ConfigError naming the key at fault.
-func DecodeStrict(data []byte, v any) error { return decodeLocated(data, v) }
-
-// decodeStrict is DecodeStrict on a reader; the reader's own errors (an
-// http.MaxBytesError) come back unchanged.
+// decodeStrict is confcheck.DecodeStrict on a reader; the reader's own
+// errors (an http.MaxBytesError) come back unchanged.
 func decodeStrict(r io.Reader, v any) error {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return err
 	}
-	return decodeLocated(data, v)
+	return confcheck.DecodeStrict(data, v)
 }
 
 // Validate checks every field and reports the first problem (all the
-// limits of a device at once). Errors are *ConfigError, which wrap
-// ErrInvalid, naming the key. Factory is checked by New, not here.
+// limits of a device at once). Errors are *confcheck.ConfigError, which
+// wrap api.ErrInvalid, naming the key. Factory is checked by New, not here.
 func (c Config) Validate() error {
 	if err := c.validateFields(); err != nil {
 		return err
 	}
 	if c.Fabric != nil {
 		if err := c.Fabric.validate(); err != nil {
-			return underPath("fabric", err)
+			return confcheck.UnderPath("fabric", err)
 		}
 	}
 	return nil
@@ -306,15 +233,15 @@ func (c Config) Validate() error {
 // complete: what a config file alone decides.
 func (c Config) validateFields() error {
 	if c.RunDir == "" {
-		return badValue("run_dir", "is empty")
+		return confcheck.BadValue("run_dir", "is empty")
 	}
 	if !filepath.IsAbs(c.RunDir) {
-		return badValue("run_dir", "%q is not an absolute path", c.RunDir)
+		return confcheck.BadValue("run_dir", "%q is not an absolute path", c.RunDir)
 	}
 	// Device sockets are checked when created, as their length depends
 	// on the name; a run dir too long for the API socket is useless.
-	if n := len(filepath.Join(c.RunDir, APISocketName)); n > sunPathMax {
-		return badValue("run_dir", "%q is too long: the API socket path would be %d bytes, the limit is %d",
+	if n := len(filepath.Join(c.RunDir, api.APISocketName)); n > sunPathMax {
+		return confcheck.BadValue("run_dir", "%q is too long: the API socket path would be %d bytes, the limit is %d",
 			c.RunDir, n, sunPathMax)
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
@@ -324,17 +251,17 @@ func (c Config) validateFields() error {
 		return err
 	}
 	if err := c.SocketMode.validate(); err != nil {
-		return underPath("socket_mode", err)
+		return confcheck.UnderPath("socket_mode", err)
 	}
 	if d := time.Duration(c.ShutdownTimeout); d <= 0 || d > maxShutdownTimeout {
-		return badValue("shutdown_timeout", "%v is out of range (more than 0, at most %v)", d, maxShutdownTimeout)
+		return confcheck.BadValue("shutdown_timeout", "%v is out of range (more than 0, at most %v)", d, maxShutdownTimeout)
 	}
 	if err := c.checkPinBudget(); err != nil {
 		return err
 	}
 	if c.MetricsListen != "" {
 		if err := checkTCPAddr(c.MetricsListen); err != nil {
-			return underPath("metrics_listen", err)
+			return confcheck.UnderPath("metrics_listen", err)
 		}
 	}
 	return c.validateDevices()
@@ -344,7 +271,7 @@ func (c Config) validateFields() error {
 // chunk: every DMA would fail.
 func (c Config) checkPinBudget() error {
 	if c.PinBudget != 0 && c.PinBudget < pvdma.ChunkSize {
-		return badValue("pin_budget_bytes", "%d is below one pinning chunk (%s); 0 means no budget", c.PinBudget, units.FormatSize(pvdma.ChunkSize))
+		return confcheck.BadValue("pin_budget_bytes", "%d is below one pinning chunk (%s); 0 means no budget", c.PinBudget, units.FormatSize(pvdma.ChunkSize))
 	}
 	return nil
 }
@@ -353,11 +280,11 @@ func (c Config) checkPinBudget() error {
 func (c Config) validateDevices() error {
 	seen := make(map[string]bool, len(c.Devices))
 	for i, d := range c.Devices {
-		if err := d.Validate(); err != nil {
-			return underPath("devices"+pathIndex(i), err)
+		if err := confcheck.ValidateSpec(d); err != nil {
+			return confcheck.UnderPath("devices"+confcheck.PathIndex(i), err)
 		}
 		if seen[d.Name] {
-			return badValue("devices"+pathIndex(i)+".name", "%q is listed twice", d.Name)
+			return confcheck.BadValue("devices"+confcheck.PathIndex(i)+".name", "%q is listed twice", d.Name)
 		}
 		seen[d.Name] = true
 	}
@@ -376,12 +303,12 @@ func ParseLogLevel(s string) (slog.Level, error) {
 	case "error":
 		return slog.LevelError, nil
 	}
-	return 0, badValue("log_level", "%q: want debug, info, warn or error", s)
+	return 0, confcheck.BadValue("log_level", "%q: want debug, info, warn or error", s)
 }
 
 func checkLogFormat(s string) error {
 	if s != "text" && s != "json" {
-		return badValue("log_format", "%q: want text or json", s)
+		return confcheck.BadValue("log_format", "%q: want text or json", s)
 	}
 	return nil
 }
@@ -398,7 +325,7 @@ func (m *FileMode) Set(s string) error {
 	t := strings.TrimPrefix(strings.TrimPrefix(s, "0o"), "0O")
 	v, err := strconv.ParseUint(t, 8, 32)
 	if err != nil || t == "" {
-		return fmt.Errorf("%w: %q is not an octal number like 0660", ErrInvalid, s)
+		return fmt.Errorf("%w: %q is not an octal number like 0660", api.ErrInvalid, s)
 	}
 	*m = FileMode(v)
 	return m.validate()
@@ -406,10 +333,10 @@ func (m *FileMode) Set(s string) error {
 
 func (m FileMode) validate() error {
 	if m&^0o777 != 0 {
-		return fmt.Errorf("%w: %s has bits outside 0777", ErrInvalid, m)
+		return fmt.Errorf("%w: %s has bits outside 0777", api.ErrInvalid, m)
 	}
 	if m&0o600 != 0o600 {
-		return fmt.Errorf("%w: %s must give the owner read and write (0600)", ErrInvalid, m)
+		return fmt.Errorf("%w: %s must give the owner read and write (0600)", api.ErrInvalid, m)
 	}
 	return nil
 }
@@ -425,29 +352,6 @@ func (m *FileMode) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("want an octal string such as \"0660\", got %s", b)
 	}
 	return m.Set(s)
-}
-
-// Duration is a time.Duration written in JSON as a string such as "10s".
-type Duration time.Duration
-
-// String formats like time.Duration.
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
-
-// UnmarshalJSON accepts a string in time.ParseDuration syntax.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration string such as \"10s\", got %s", b)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("%q: want a duration such as \"10s\" or \"1m30s\"", s)
-	}
-	*d = Duration(v)
-	return nil
 }
 
 // checkTCPAddr checks a host:port listen address: the host an IP or

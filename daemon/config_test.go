@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 )
 
@@ -98,33 +99,33 @@ func TestConfigValidate(t *testing.T) {
 		{"mode without owner rw", func(c *daemon.Config) { c.SocketMode = 0o060 }, "owner"},
 		{"mode with setuid", func(c *daemon.Config) { c.SocketMode = 0o4600 }, "outside 0777"},
 		{"zero timeout", func(c *daemon.Config) { c.ShutdownTimeout = 0 }, "shutdown_timeout"},
-		{"bad device name", func(c *daemon.Config) { c.Devices = []daemon.DeviceSpec{{Name: "../x"}} }, "devices[0]"},
-		{"duplicate device", func(c *daemon.Config) { c.Devices = []daemon.DeviceSpec{{Name: "a"}, {Name: "a"}} }, "twice"},
+		{"bad device name", func(c *daemon.Config) { c.Devices = []api.DeviceSpec{{Name: "../x"}} }, "devices[0]"},
+		{"duplicate device", func(c *daemon.Config) { c.Devices = []api.DeviceSpec{{Name: "a"}, {Name: "a"}} }, "twice"},
 		{"pin mode", func(c *daemon.Config) {
-			c.Devices = []daemon.DeviceSpec{{Name: "a", Pin: &daemon.PinSpec{Mode: "eager"}}}
+			c.Devices = []api.DeviceSpec{{Name: "a", Pin: &api.PinSpec{Mode: "eager"}}}
 		}, `devices[0].pin.mode: "eager": want on-demand`},
 		{"limits not object", func(c *daemon.Config) {
-			c.Devices = []daemon.DeviceSpec{{Name: "a", Limits: json.RawMessage(`[1]`)}}
+			c.Devices = []api.DeviceSpec{{Name: "a", Limits: json.RawMessage(`[1]`)}}
 		}, "devices[0].limits: want a JSON object, got array"},
 		{"limit zero", func(c *daemon.Config) {
-			c.Devices = []daemon.DeviceSpec{{Name: "a", Limits: json.RawMessage(`{"max_qp": 0}`)}}
+			c.Devices = []api.DeviceSpec{{Name: "a", Limits: json.RawMessage(`{"max_qp": 0}`)}}
 		}, "devices[0].limits.max_qp: 0 is out of range: leave the key out for the default"},
 		{"limit too large", func(c *daemon.Config) {
-			c.Devices = []daemon.DeviceSpec{{Name: "a", Limits: json.RawMessage(`{"max_qp": 999999}`)}}
+			c.Devices = []api.DeviceSpec{{Name: "a", Limits: json.RawMessage(`{"max_qp": 999999}`)}}
 		}, "devices[0].limits.max_qp: 999999 is out of range (at most 262144)"},
 		{"host pin budget below a chunk", func(c *daemon.Config) { c.PinBudget = 1 }, "pin_budget_bytes: 1 is below one pinning chunk (2M)"},
 		{"device pin budget below a chunk", func(c *daemon.Config) {
-			c.Devices = []daemon.DeviceSpec{{Name: "a", Pin: &daemon.PinSpec{Budget: 4096}}}
+			c.Devices = []api.DeviceSpec{{Name: "a", Pin: &api.PinSpec{Budget: 4096}}}
 		}, "devices[0].pin.budget_bytes: 4096 is below one pinning chunk"},
 		{"budget with mode all", func(c *daemon.Config) {
-			c.Devices = []daemon.DeviceSpec{{Name: "a", Pin: &daemon.PinSpec{Mode: "all", Budget: 1 << 30}}}
+			c.Devices = []api.DeviceSpec{{Name: "a", Pin: &api.PinSpec{Mode: "all", Budget: 1 << 30}}}
 		}, "devices[0].pin.budget_bytes: has no effect with mode all"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := daemon.DefaultConfig()
 			tc.mutate(&cfg)
 			err := cfg.Validate()
-			if !errors.Is(err, daemon.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Validate = %v, want ErrInvalid mentioning %q", err, tc.want)
 			}
 		})

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/internal/confcheck"
 )
 
 // TestConfigFileErrorsAreOneLocatedLine: every mistake in a config file
@@ -39,8 +41,8 @@ func TestConfigFileErrorsAreOneLocatedLine(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := daemon.LoadConfigFile(path)
-			var ce *daemon.ConfigError
-			if !errors.As(err, &ce) || !errors.Is(err, daemon.ErrInvalid) || ce.Source != path {
+			var ce *confcheck.ConfigError
+			if !errors.As(err, &ce) || !errors.Is(err, api.ErrInvalid) || ce.Source != path {
 				t.Fatalf("err = %#v, want a ConfigError from %s", err, path)
 			}
 			msg := err.Error()
@@ -81,7 +83,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg, err := daemon.ParseConfig(strings.NewReader(string(b)))
 		if err != nil {
-			if !errors.Is(err, daemon.ErrInvalid) || strings.Contains(err.Error(), "\n") {
+			if !errors.Is(err, api.ErrInvalid) || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("error %q: not one line of ErrInvalid", err)
 			}
 			return

@@ -10,26 +10,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
-)
 
-// DeviceInfo is the externally visible state of a device.
-type DeviceInfo struct {
-	Name   string `json:"name"`
-	Socket string `json:"socket"`
-	// Connected is true while a front-end connection is being served.
-	Connected bool      `json:"connected"`
-	Created   time.Time `json:"created"`
-	// Connections counts front-end connections served (reconnects
-	// included); Refused counts connections closed because another was
-	// active.
-	Connections uint64 `json:"connections"`
-	Refused     uint64 `json:"refused_connections"`
-	// LastError is the error that ended the most recent failed
-	// connection, if any.
-	LastError string `json:"last_error,omitempty"`
-	// Tenant is the device's tenant on the cross-host fabric.
-	Tenant uint32 `json:"tenant,omitempty"`
-}
+	"github.com/vstellar/vstellar/api"
+)
 
 const (
 	// acceptBackoffMax bounds the pause after a failing accept (EMFILE...).
@@ -75,7 +58,7 @@ type device struct {
 	lastErr     string
 }
 
-func newDevice(spec DeviceSpec, inst Instance, ln *net.UnixListener, sock *socketFile, log *slog.Logger) *device {
+func newDevice(spec api.DeviceSpec, inst Instance, ln *net.UnixListener, sock *socketFile, log *slog.Logger) *device {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &device{
 		name: spec.Name, tenant: spec.Tenant, log: log, inst: inst, ln: ln, sock: sock,
@@ -85,10 +68,10 @@ func newDevice(spec DeviceSpec, inst Instance, ln *net.UnixListener, sock *socke
 
 func (d *device) start() { d.wg.Go(d.acceptLoop) }
 
-func (d *device) info() DeviceInfo {
+func (d *device) info() api.DeviceInfo {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return DeviceInfo{
+	return api.DeviceInfo{
 		Name:        d.name,
 		Socket:      d.sock.path,
 		Connected:   d.active != nil,

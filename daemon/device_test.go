@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/daemon/daemontest"
 )
@@ -29,7 +30,7 @@ func TestSecondConnectionRefusedThenReconnect(t *testing.T) {
 	f := &daemontest.Factory{}
 	m := newManager(t, testConfig(t, f))
 	ctx := context.Background()
-	d, err := m.CreateDevice(ctx, daemon.DeviceSpec{Name: "d0"})
+	d, err := m.CreateDevice(ctx, api.DeviceSpec{Name: "d0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestSecondConnectionRefusedThenReconnect(t *testing.T) {
 func TestImmediateReconnectIsServed(t *testing.T) {
 	f := &daemontest.Factory{}
 	m := newManager(t, testConfig(t, f))
-	d, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "d0"})
+	d, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "d0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestImmediateReconnectIsServed(t *testing.T) {
 func TestQueuedConnectionsRefusedAtOnce(t *testing.T) {
 	f := &daemontest.Factory{}
 	m := newManager(t, testConfig(t, f))
-	d, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "d0"})
+	d, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "d0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,11 +112,11 @@ func TestGarbageDropsOnlyThatConnection(t *testing.T) {
 	f := &daemontest.Factory{}
 	m := newManager(t, testConfig(t, f))
 	ctx := context.Background()
-	a, err := m.CreateDevice(ctx, daemon.DeviceSpec{Name: "a"})
+	a, err := m.CreateDevice(ctx, api.DeviceSpec{Name: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := m.CreateDevice(ctx, daemon.DeviceSpec{Name: "b"})
+	b, err := m.CreateDevice(ctx, api.DeviceSpec{Name: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestStaleSocketReplaced(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Fatal(err)
 	}
-	d, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "d0"})
+	d, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "d0"})
 	if err != nil {
 		t.Fatalf("stale socket not replaced: %v", err)
 	}
@@ -183,7 +184,7 @@ func TestLiveSocketRefused(t *testing.T) {
 			c.Close()
 		}
 	}()
-	_, err = m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "d0"})
+	_, err = m.CreateDevice(context.Background(), api.DeviceSpec{Name: "d0"})
 	if !errors.Is(err, daemon.ErrSocketInUse) {
 		t.Fatalf("CreateDevice over a live socket: %v", err)
 	}
@@ -201,7 +202,7 @@ func TestLiveSocketRefused(t *testing.T) {
 	if err := os.WriteFile(file, []byte("keep"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "f"}); !errors.Is(err, daemon.ErrSocketInUse) {
+	if _, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "f"}); !errors.Is(err, daemon.ErrSocketInUse) {
 		t.Fatalf("CreateDevice over a regular file: %v", err)
 	}
 	if b, err := os.ReadFile(file); err != nil || string(b) != "keep" {
@@ -215,11 +216,11 @@ func TestLongNameSocketPath(t *testing.T) {
 	// A run dir long enough that a 64-byte name overflows sun_path.
 	cfg.RunDir = filepath.Join(cfg.RunDir, strings.Repeat("r", 40))
 	m := newManager(t, cfg)
-	_, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: strings.Repeat("n", daemon.MaxNameLen)})
-	if !errors.Is(err, daemon.ErrInvalid) || !strings.Contains(err.Error(), "too long") {
+	_, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: strings.Repeat("n", api.MaxNameLen)})
+	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "too long") {
 		t.Fatalf("long socket path: %v", err)
 	}
-	if _, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "short"}); err != nil {
+	if _, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "short"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -227,16 +228,16 @@ func TestLongNameSocketPath(t *testing.T) {
 func TestOperationsAfterShutdown(t *testing.T) {
 	f := &daemontest.Factory{}
 	m := newManager(t, testConfig(t, f))
-	if _, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "d0"}); err != nil {
+	if _, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "d0"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "d1"}); !errors.Is(err, daemon.ErrShuttingDown) {
+	if _, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "d1"}); !errors.Is(err, api.ErrShuttingDown) {
 		t.Fatalf("create after shutdown: %v", err)
 	}
-	if err := m.DestroyDevice(context.Background(), "d0"); !errors.Is(err, daemon.ErrShuttingDown) {
+	if err := m.DestroyDevice(context.Background(), "d0"); !errors.Is(err, api.ErrShuttingDown) {
 		t.Fatalf("destroy after shutdown: %v", err)
 	}
 	if err := m.Run(context.Background()); err == nil {

@@ -10,8 +10,8 @@
 //
 // Invariants:
 //
-//   - Every device name is checked by ValidateName before it touches the
-//     file system, so a name can never escape the run directory.
+//   - Every device name is checked by api.ValidateName before it touches
+//     the file system, so a name can never escape the run directory.
 //   - A device serves at most one front-end connection at a time. A second
 //     connection is accepted, logged and closed; the first one is not
 //     disturbed. When the active connection ends (for any reason,

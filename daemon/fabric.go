@@ -11,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/hostnet"
+	"github.com/vstellar/vstellar/internal/confcheck"
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/transport/cc"
 	"github.com/vstellar/vstellar/transport/pathsel"
@@ -104,7 +106,7 @@ func (f *FabricSpec) UnmarshalJSON(b []byte) error {
 		plain
 		Listen *string `json:"listen"`
 	}
-	if err := DecodeStrict(b, &aux); err != nil {
+	if err := confcheck.DecodeStrict(b, &aux); err != nil {
 		return err
 	}
 	*f = FabricSpec(aux.plain)
@@ -119,11 +121,11 @@ func (f *FabricSpec) UnmarshalJSON(b []byte) error {
 }
 
 // remoteConfig is the fabric/remote configuration the spec describes,
-// with secret as the cluster key. Errors wrap ErrInvalid and name the
-// field.
+// with secret as the cluster key. Errors wrap api.ErrInvalid and name
+// the field.
 func (f *FabricSpec) remoteConfig(secret []byte, log *slog.Logger) (remote.Config, error) {
 	bad := func(format string, args ...any) (remote.Config, error) {
-		return remote.Config{}, fmt.Errorf("%w: fabric: "+format, append([]any{ErrInvalid}, args...)...)
+		return remote.Config{}, fmt.Errorf("%w: fabric: "+format, append([]any{api.ErrInvalid}, args...)...)
 	}
 	// A device's GID is the prefix and its 64-bit GUID.
 	if p := f.GIDPrefix; !p.IsValid() || !p.Addr().Is6() || p.Addr().Is4In6() || p.Bits() != 64 || p.Masked() != p {
@@ -173,7 +175,7 @@ func (f *FabricSpec) remoteConfig(secret []byte, log *slog.Logger) (remote.Confi
 // validate checks the spec; the secret file is read only at start.
 func (f *FabricSpec) validate() error {
 	if f.SecretFile == "" {
-		return fmt.Errorf("%w: fabric: secret_file is required (the cluster key connection ids and tokens derive from)", ErrInvalid)
+		return fmt.Errorf("%w: fabric: secret_file is required (the cluster key connection ids and tokens derive from)", api.ErrInvalid)
 	}
 	_, err := f.remoteConfig(bytes.Repeat([]byte{1}, remote.MinSecret), nil)
 	return err
@@ -188,7 +190,7 @@ func readSecret(path string) ([]byte, error) {
 	}
 	b = bytes.TrimSpace(b)
 	if len(b) < remote.MinSecret || len(b) > maxSecretLen {
-		return nil, fmt.Errorf("%w: fabric: secret_file %s holds %d bytes, want %d..%d", ErrInvalid, path, len(b), remote.MinSecret, maxSecretLen)
+		return nil, fmt.Errorf("%w: fabric: secret_file %s holds %d bytes, want %d..%d", api.ErrInvalid, path, len(b), remote.MinSecret, maxSecretLen)
 	}
 	return b, nil
 }
@@ -225,7 +227,7 @@ func (m *Manager) startFabric() error {
 	if errors.Is(err, remote.ErrInterface) {
 		// The interface the config names is missing, down or without
 		// an address: the config does not fit this host.
-		return fmt.Errorf("%w: fabric: %w", ErrInvalid, err)
+		return fmt.Errorf("%w: fabric: %w", api.ErrInvalid, err)
 	}
 	if err != nil {
 		return fmt.Errorf("fabric: %w", err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/daemon/daemontest"
 	"github.com/vstellar/vstellar/fabric/remote"
@@ -67,7 +68,7 @@ func TestFabricConfig(t *testing.T) {
 		f.Peers = append([]remote.Peer(nil), f.Peers...)
 		mutate(&f)
 		c.Fabric = &f
-		if err := c.Validate(); !errors.Is(err, daemon.ErrInvalid) {
+		if err := c.Validate(); !errors.Is(err, api.ErrInvalid) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -81,12 +82,12 @@ func TestFabricStarts(t *testing.T) {
 	f := &daemontest.Factory{}
 	cfg := testConfig(t, f)
 	cfg.Fabric = fabricSpec(t)
-	cfg.Factory = func(ctx context.Context, spec daemon.DeviceSpec, sh daemon.Shared, log *slog.Logger) (daemon.Instance, error) {
+	cfg.Factory = func(ctx context.Context, spec api.DeviceSpec, sh daemon.Shared, log *slog.Logger) (daemon.Instance, error) {
 		got = sh
 		return f.New(ctx, spec, sh, log)
 	}
 	m := newManager(t, cfg)
-	if _, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "a"}); err != nil {
+	if _, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	fab := m.Fabric()
@@ -106,7 +107,7 @@ func TestFabricStarts(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := newManager(t, cfg)
-		if _, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "b"}); err == nil || m.Fabric() != nil {
+		if _, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "b"}); err == nil || m.Fabric() != nil {
 			t.Fatalf("secret %q: device created, fabric %v", secret, m.Fabric())
 		}
 	}
@@ -126,7 +127,7 @@ func TestFabricListenForms(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{`"listen": ":"`, `"listen": ":65536"`, `"listen": ":-1"`, `"listen": "eth1:4791"`, `"listen": 4791`, `"listen": ":1", "interfce": "eth1"`} {
-		if _, err := parse(bad); !errors.Is(err, daemon.ErrInvalid) {
+		if _, err := parse(bad); !errors.Is(err, api.ErrInvalid) {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
@@ -137,7 +138,7 @@ func TestFabricListenForms(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Factory = (&daemontest.Factory{}).New
-	if err := cfg.Validate(); !errors.Is(err, daemon.ErrInvalid) || !strings.Contains(err.Error(), "Listen") {
+	if err := cfg.Validate(); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "Listen") {
 		t.Fatalf("no listen: %v", err)
 	}
 	// The forms ParseListen takes, and what it refuses.
@@ -193,9 +194,9 @@ func TestFabricInterface(t *testing.T) {
 			}
 			cfg.ListenIn = h.Do
 			m := newManager(t, cfg)
-			_, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "a"})
+			_, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "a"})
 			if !c.ok {
-				if !errors.Is(err, daemon.ErrInvalid) || !errors.Is(err, remote.ErrInterface) || m.Fabric() != nil {
+				if !errors.Is(err, api.ErrInvalid) || !errors.Is(err, remote.ErrInterface) || m.Fabric() != nil {
 					t.Fatalf("created: %v (fabric %v)", err, m.Fabric())
 				}
 				return

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/daemon/daemontest"
 )
@@ -55,7 +56,7 @@ func testLogger(t *testing.T) *slog.Logger {
 func testConfig(t *testing.T, f *daemontest.Factory) daemon.Config {
 	cfg := daemon.DefaultConfig()
 	cfg.RunDir = shortTempDir(t)
-	cfg.ShutdownTimeout = daemon.Duration(5 * time.Second)
+	cfg.ShutdownTimeout = api.Duration(5 * time.Second)
 	cfg.Factory = f.New
 	return cfg
 }
@@ -63,7 +64,7 @@ func testConfig(t *testing.T, f *daemontest.Factory) daemon.Config {
 // running is a Manager being Run by a test.
 type running struct {
 	m      *daemon.Manager
-	client *daemon.Client
+	client *api.Client
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -90,7 +91,7 @@ func run(t *testing.T, cfg daemon.Config) *running {
 		t.Fatalf("New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{m: m, cancel: cancel, done: make(chan error, 1), client: daemon.NewClient(m.APISocket())}
+	r := &running{m: m, cancel: cancel, done: make(chan error, 1), client: api.NewClient(m.APISocket())}
 	go func() { r.done <- m.Run(ctx) }()
 	select {
 	case <-m.Ready():
@@ -175,7 +176,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func info(t *testing.T, m *daemon.Manager, name string) daemon.DeviceInfo {
+func info(t *testing.T, m *daemon.Manager, name string) api.DeviceInfo {
 	t.Helper()
 	i, err := m.Device(name)
 	if err != nil {

@@ -5,35 +5,16 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/hostnet"
 )
 
-// HostStatus is the answer of GET /v1/host: what the daemon's devices
-// share.
-type HostStatus struct {
-	Devices int          `json:"devices"`
-	Memory  HostMemory   `json:"memory"`
-	Fabric  *FabricState `json:"fabric,omitempty"`
-}
-
-// HostMemory is the host's pinned guest memory, all devices together.
-type HostMemory struct {
-	BudgetBytes uint64   `json:"budget_bytes"` // 0: none
-	PinnedBytes uint64   `json:"pinned_bytes"`
-	Pins        uint64   `json:"pins"`
-	Unpins      uint64   `json:"unpins"`
-	PinFailures uint64   `json:"pin_failures"`
-	Evictions   uint64   `json:"evictions"`
-	PinP50      Duration `json:"pin_latency_p50"`
-	PinP99      Duration `json:"pin_latency_p99"`
-}
-
 // Host reads the host's state.
-func (m *Manager) Host() HostStatus {
+func (m *Manager) Host() api.HostStatus {
 	p := m.PinStats()
-	h := HostStatus{
+	h := api.HostStatus{
 		Devices: len(m.readyDevices()),
-		Memory: HostMemory{BudgetBytes: m.PinLimit(), PinnedBytes: p.PinnedBytes, Pins: p.Pins, Unpins: p.Unpins,
+		Memory: api.HostMemory{BudgetBytes: m.PinLimit(), PinnedBytes: p.PinnedBytes, Pins: p.Pins, Unpins: p.Unpins,
 			PinFailures: p.PinFailures, Evictions: p.Evictions,
 			PinP50: quantile(p.PinLatency, 0.5), PinP99: quantile(p.PinLatency, 0.99)},
 	}
@@ -47,20 +28,10 @@ func (m *Manager) handleHost(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, m.Host())
 }
 
-// NICList is the answer of GET /v1/host/nics: the host's network
-// interfaces and RDMA devices as the daemon sees them (in its network
-// namespace). RDMAError says why there is no RDMA list, plainly, on a
-// host without RDMA support.
-type NICList struct {
-	Interfaces []hostnet.Interface `json:"interfaces"`
-	RDMA       []hostnet.RDMALink  `json:"rdma"`
-	RDMAError  string              `json:"rdma_error,omitempty"`
-}
-
 // NICs discovers the host's interfaces and RDMA devices where the
 // fabric's socket lives (Config.ListenIn).
-func (m *Manager) NICs(ctx context.Context) (NICList, error) {
-	var l NICList
+func (m *Manager) NICs(ctx context.Context) (api.NICList, error) {
+	var l api.NICList
 	discover := func() error {
 		var err error
 		if l.Interfaces, err = hostnet.Interfaces(ctx); err != nil {

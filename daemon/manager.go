@@ -12,8 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/internal/confcheck"
 	"github.com/vstellar/vstellar/pvdma"
 )
 
@@ -82,7 +84,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 func (m *Manager) RunDir() string { return m.cfg.RunDir }
 
 // APISocket is the path of the management API socket.
-func (m *Manager) APISocket() string { return filepath.Join(m.cfg.RunDir, APISocketName) }
+func (m *Manager) APISocket() string { return filepath.Join(m.cfg.RunDir, api.APISocketName) }
 
 // SocketPath is the vhost-user socket path of the device called name.
 func (m *Manager) SocketPath(name string) string {
@@ -122,27 +124,28 @@ func (m *Manager) prepareRunDir() error {
 }
 
 // CreateDevice creates a device and starts serving its socket. Errors
-// wrap ErrInvalid (bad spec), ErrExists (duplicate name), ErrSocketInUse
-// (another process owns the socket path) or ErrShuttingDown.
-func (m *Manager) CreateDevice(ctx context.Context, spec DeviceSpec) (DeviceInfo, error) {
-	if err := spec.Validate(); err != nil {
-		return DeviceInfo{}, err
+// wrap api.ErrInvalid (bad spec), api.ErrExists (duplicate name),
+// ErrSocketInUse (another process owns the socket path) or
+// api.ErrShuttingDown.
+func (m *Manager) CreateDevice(ctx context.Context, spec api.DeviceSpec) (api.DeviceInfo, error) {
+	if err := confcheck.ValidateSpec(spec); err != nil {
+		return api.DeviceInfo{}, err
 	}
 	if err := m.prepareRunDir(); err != nil {
-		return DeviceInfo{}, err
+		return api.DeviceInfo{}, err
 	}
 	if err := m.startFabric(); err != nil {
-		return DeviceInfo{}, err
+		return api.DeviceInfo{}, err
 	}
 	name := spec.Name
 	m.mu.Lock()
 	if m.closing {
 		m.mu.Unlock()
-		return DeviceInfo{}, ErrShuttingDown
+		return api.DeviceInfo{}, api.ErrShuttingDown
 	}
 	if _, ok := m.devices[name]; ok {
 		m.mu.Unlock()
-		return DeviceInfo{}, fmt.Errorf("%w: %q", ErrExists, name)
+		return api.DeviceInfo{}, fmt.Errorf("%w: %q", api.ErrExists, name)
 	}
 	e := &entry{state: stateCreating}
 	m.devices[name] = e
@@ -165,7 +168,7 @@ func (m *Manager) CreateDevice(ctx context.Context, spec DeviceSpec) (DeviceInfo
 	dev, err := m.startDevice(ctx, spec)
 	if err != nil {
 		m.log.Warn("device creation failed", "device", name, "err", err)
-		return DeviceInfo{}, err
+		return api.DeviceInfo{}, err
 	}
 	dev.log.Info("device created", "socket", dev.sock.path)
 	return dev.info(), nil
@@ -173,7 +176,7 @@ func (m *Manager) CreateDevice(ctx context.Context, spec DeviceSpec) (DeviceInfo
 
 // startDevice builds the device model and backend, binds the socket and
 // starts the accept loop. On error nothing is left behind.
-func (m *Manager) startDevice(ctx context.Context, spec DeviceSpec) (*device, error) {
+func (m *Manager) startDevice(ctx context.Context, spec api.DeviceSpec) (*device, error) {
 	log := m.log.With("device", spec.Name)
 	path := m.SocketPath(spec.Name)
 	if err := checkSocketPath(path); err != nil { // before building anything
@@ -205,22 +208,22 @@ func (m *Manager) startDevice(ctx context.Context, spec DeviceSpec) (*device, er
 // DestroyDevice stops a device and frees it (see the package doc for the
 // order). The teardown is bounded by the configured shutdown timeout and
 // is not cut short if ctx is cancelled half-way, so that a client hanging
-// up cannot leave a half-destroyed device. Errors wrap ErrNotFound or
+// up cannot leave a half-destroyed device. Errors wrap api.ErrNotFound or
 // ErrBusy when the device is absent or being created or destroyed.
 func (m *Manager) DestroyDevice(ctx context.Context, name string) error {
-	if err := ValidateName(name); err != nil {
+	if err := api.ValidateName(name); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	if m.closing {
 		m.mu.Unlock()
-		return ErrShuttingDown
+		return api.ErrShuttingDown
 	}
 	e, ok := m.devices[name]
 	switch {
 	case !ok:
 		m.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrNotFound, name)
+		return fmt.Errorf("%w: %q", api.ErrNotFound, name)
 	case e.state != stateReady:
 		m.mu.Unlock()
 		return fmt.Errorf("%w: %q is being created or destroyed", ErrBusy, name)
@@ -241,33 +244,33 @@ func (m *Manager) DestroyDevice(ctx context.Context, name string) error {
 }
 
 // Devices lists the ready devices, sorted by name.
-func (m *Manager) Devices() []DeviceInfo {
+func (m *Manager) Devices() []api.DeviceInfo {
 	devs := m.readyDevices()
-	infos := make([]DeviceInfo, len(devs))
+	infos := make([]api.DeviceInfo, len(devs))
 	for i, d := range devs {
 		infos[i] = d.info()
 	}
-	slices.SortFunc(infos, func(a, b DeviceInfo) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(infos, func(a, b api.DeviceInfo) int { return cmp.Compare(a.Name, b.Name) })
 	return infos
 }
 
-// Device returns one ready device. The error wraps ErrNotFound.
-func (m *Manager) Device(name string) (DeviceInfo, error) {
+// Device returns one ready device. The error wraps api.ErrNotFound.
+func (m *Manager) Device(name string) (api.DeviceInfo, error) {
 	d, err := m.readyDevice(name)
 	if err != nil {
-		return DeviceInfo{}, err
+		return api.DeviceInfo{}, err
 	}
 	return d.info(), nil
 }
 
 // readyDevice returns the ready device called name. The error wraps
-// ErrNotFound.
+// api.ErrNotFound.
 func (m *Manager) readyDevice(name string) (*device, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.devices[name]
 	if !ok || e.state != stateReady {
-		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
+		return nil, fmt.Errorf("%w: %q", api.ErrNotFound, name)
 	}
 	return e.dev, nil
 }
@@ -298,7 +301,7 @@ func (m *Manager) DeviceStates() []DeviceState {
 }
 
 // DeviceState reads one ready device's state. The error wraps
-// ErrNotFound.
+// api.ErrNotFound.
 func (m *Manager) DeviceState(name string) (DeviceState, error) {
 	d, err := m.readyDevice(name)
 	if err != nil {

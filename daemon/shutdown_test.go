@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/daemon/daemontest"
 )
@@ -26,9 +27,9 @@ func TestRunShutdownCleansUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := dirNames(t, cfg.RunDir)
-	cfg.Devices = []daemon.DeviceSpec{{Name: "cfg0"}, {Name: "cfg1"}}
+	cfg.Devices = []api.DeviceSpec{{Name: "cfg0"}, {Name: "cfg1"}}
 	r := run(t, cfg)
-	if _, err := r.client.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "api0"}); err != nil {
+	if _, err := r.client.CreateDevice(context.Background(), api.DeviceSpec{Name: "api0"}); err != nil {
 		t.Fatal(err)
 	}
 	conns := map[string]bool{}
@@ -72,7 +73,7 @@ func TestRunRemovesRunDirItCreated(t *testing.T) {
 	f := &daemontest.Factory{}
 	cfg := testConfig(t, f)
 	cfg.RunDir = filepath.Join(cfg.RunDir, "new")
-	cfg.Devices = []daemon.DeviceSpec{{Name: "d0"}}
+	cfg.Devices = []api.DeviceSpec{{Name: "d0"}}
 	r := run(t, cfg)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
@@ -91,8 +92,8 @@ func TestShutdownBoundedWithStuckBackend(t *testing.T) {
 		}
 	}}
 	cfg := testConfig(t, f)
-	cfg.ShutdownTimeout = daemon.Duration(500 * time.Millisecond)
-	cfg.Devices = []daemon.DeviceSpec{{Name: "stuck"}, {Name: "fine"}}
+	cfg.ShutdownTimeout = api.Duration(500 * time.Millisecond)
+	cfg.Devices = []api.DeviceSpec{{Name: "stuck"}, {Name: "fine"}}
 	r := run(t, cfg)
 	dial(t, r.m.SocketPath("stuck"))
 	ping(t, dial(t, r.m.SocketPath("fine")))
@@ -125,11 +126,11 @@ func TestNoGoroutineLeak(t *testing.T) {
 	func() {
 		f := &daemontest.Factory{}
 		cfg := testConfig(t, f)
-		cfg.Devices = []daemon.DeviceSpec{{Name: "a"}, {Name: "b"}}
+		cfg.Devices = []api.DeviceSpec{{Name: "a"}, {Name: "b"}}
 		r := run(t, cfg)
 		ctx := context.Background()
 		for i := range 5 {
-			if _, err := r.client.CreateDevice(ctx, daemon.DeviceSpec{Name: "x"}); err != nil {
+			if _, err := r.client.CreateDevice(ctx, api.DeviceSpec{Name: "x"}); err != nil {
 				t.Fatal(err)
 			}
 			c := dial(t, r.m.SocketPath("x"))
@@ -197,7 +198,7 @@ func panicChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := m.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "boom"})
+	d, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "boom"})
 	if err != nil {
 		t.Fatal(err)
 	}

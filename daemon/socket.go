@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/vstellar/vstellar/api"
 )
 
 // probeTimeout bounds the connect used to tell a live socket from a stale
@@ -75,7 +77,7 @@ func listenSocket(path string, mode os.FileMode) (*net.UnixListener, *socketFile
 // checkSocketPath refuses a path too long for sockaddr_un.
 func checkSocketPath(path string) error {
 	if len(path) > sunPathMax {
-		return fmt.Errorf("%w: socket path %s is too long (%d bytes, the limit is %d)", ErrInvalid, path, len(path), sunPathMax)
+		return fmt.Errorf("%w: socket path %s is too long (%d bytes, the limit is %d)", api.ErrInvalid, path, len(path), sunPathMax)
 	}
 	return nil
 }

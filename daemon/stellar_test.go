@@ -8,67 +8,23 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"reflect"
-	"strings"
 	"sync"
 	"testing"
 
+	"github.com/vstellar/vstellar/api"
 	stellardev "github.com/vstellar/vstellar/device"
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
-func TestParseLimits(t *testing.T) {
-	l, err := parseLimits(json.RawMessage(`{"max_qp": 8, "max_mr_size": 4096}`))
-	if err != nil || l.MaxQP != 8 || l.MaxMRSize != 4096 || l.MaxCQ != 0 {
-		t.Fatalf("%+v %v", l, err)
-	}
-	// The one size among the limits takes a unit too.
-	l, err = parseLimits(json.RawMessage(`{"max_mr_size": "1G"}`))
-	if err != nil || l.MaxMRSize != 1<<30 {
-		t.Fatalf("max_mr_size 1G: %+v %v", l, err)
-	}
-	if _, err := parseLimits(json.RawMessage(`{"max_mr_size": "1X"}`)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "limits.max_mr_size") {
-		t.Fatalf("max_mr_size 1X: %v", err)
-	}
-	if _, err := parseLimits(json.RawMessage(`{"max_mr_size": "8P"}`)); err == nil {
-		t.Fatal("max_mr_size 8P accepted")
-	}
-	if _, err := parseLimits(json.RawMessage(`{"max_qps": 8}`)); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("unknown field: %v", err)
-	}
-	if _, err := parseLimits(nil); err != nil {
-		t.Fatal(err)
-	}
-	// Every field of abi.Limits has a JSON name: set all of them and check
-	// that none stays zero.
-	var all map[string]any
-	b, _ := json.Marshal(limitsJSON{})
-	json.Unmarshal(b, &all)
-	for k := range all {
-		all[k] = 1
-	}
-	all["page_size_cap"] = 4096 // 4 KiB pages are required
-	b, _ = json.Marshal(all)
-	l, err = parseLimits(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := reflect.ValueOf(l)
-	for i := range v.NumField() {
-		if v.Field(i).IsZero() {
-			t.Errorf("abi.Limits.%s has no JSON field in limitsJSON", v.Type().Field(i).Name)
-		}
-	}
-}
-
 func TestFactoryClassifiesBadLimits(t *testing.T) {
-	_, err := StellarDevice(context.Background(), DeviceSpec{Name: "x", Limits: json.RawMessage(`{"max_sge": 4000000000}`)}, Shared{}, nil)
-	if !errors.Is(err, ErrInvalid) {
+	_, err := StellarDevice(context.Background(), api.DeviceSpec{Name: "x", Limits: json.RawMessage(`{"max_sge": 4000000000}`)}, Shared{}, nil)
+	if !errors.Is(err, api.ErrInvalid) {
 		t.Fatalf("out-of-range limits: %v", err)
 	}
-	inst, err := StellarDevice(context.Background(), DeviceSpec{Name: "x"}, Shared{}, nil)
+	inst, err := StellarDevice(context.Background(), api.DeviceSpec{Name: "x"}, Shared{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,13 +37,13 @@ func TestFactoryClassifiesBadLimits(t *testing.T) {
 // daemon's fabric holds is a conflict (409), not an internal error.
 func TestFactoryGIDConflict(t *testing.T) {
 	sh := Shared{Fabric: fabric.NewLocal()}
-	inst, err := StellarDevice(context.Background(), DeviceSpec{Name: "x"}, sh, nil)
+	inst, err := StellarDevice(context.Background(), api.DeviceSpec{Name: "x"}, sh, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { inst.Device.Close() })
-	_, err = StellarDevice(context.Background(), DeviceSpec{Name: "x"}, sh, nil)
-	if !errors.Is(err, ErrExists) || !errors.Is(err, stellardev.ErrGIDInUse) || httpStatus(err) != http.StatusConflict {
+	_, err = StellarDevice(context.Background(), api.DeviceSpec{Name: "x"}, sh, nil)
+	if !errors.Is(err, api.ErrExists) || !errors.Is(err, stellardev.ErrGIDInUse) || httpStatus(err) != http.StatusConflict {
 		t.Fatalf("second device with the same GID: %v (HTTP %d)", err, httpStatus(err))
 	}
 }
@@ -109,7 +65,7 @@ func TestStellarDevicesShareTheDaemonFabric(t *testing.T) {
 	)
 	cfg := DefaultConfig()
 	cfg.RunDir = dir
-	cfg.Factory = func(ctx context.Context, spec DeviceSpec, sh Shared, log *slog.Logger) (Instance, error) {
+	cfg.Factory = func(ctx context.Context, spec api.DeviceSpec, sh Shared, log *slog.Logger) (Instance, error) {
 		inst, err := StellarDevice(ctx, spec, sh, log)
 		if err == nil {
 			mu.Lock()
@@ -125,7 +81,7 @@ func TestStellarDevicesShareTheDaemonFabric(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, name := range []string{"vm-a", "vm-b"} {
-		if _, err := m.CreateDevice(ctx, DeviceSpec{Name: name}); err != nil {
+		if _, err := m.CreateDevice(ctx, api.DeviceSpec{Name: name}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { m.DestroyDevice(ctx, name) })
@@ -155,9 +111,9 @@ func TestStellarDevicesShareTheDaemonFabric(t *testing.T) {
 func TestFactoryPinSpec(t *testing.T) {
 	shared := Shared{Pins: pvdma.NewPool(0, nil)}
 	for mode, onDemand := range map[string]bool{"": true, "on-demand": true, "at-reg-mr": false, "all": false} {
-		spec := DeviceSpec{Name: "pin-" + mode}
+		spec := api.DeviceSpec{Name: "pin-" + mode}
 		if mode != "" {
-			spec.Pin = &PinSpec{Mode: mode, Budget: 64 << 20}
+			spec.Pin = &api.PinSpec{Mode: mode, Budget: 64 << 20}
 		}
 		inst, err := StellarDevice(context.Background(), spec, shared, nil)
 		if err != nil {
@@ -173,7 +129,47 @@ func TestFactoryPinSpec(t *testing.T) {
 		}
 		inst.Device.Close()
 	}
-	if _, err := StellarDevice(context.Background(), DeviceSpec{Name: "x", Pin: &PinSpec{Mode: "eager"}}, shared, nil); !errors.Is(err, ErrInvalid) {
+	if _, err := StellarDevice(context.Background(), api.DeviceSpec{Name: "x", Pin: &api.PinSpec{Mode: "eager"}}, shared, nil); !errors.Is(err, api.ErrInvalid) {
 		t.Fatalf("bad pin mode: %v", err)
+	}
+}
+
+// TestPinModesAreTheAPIs: the pin modes a spec names (api, which
+// confcheck checks specs against) are pvdma's, and so is the pinning
+// granule that bounds a device budget.
+func TestPinModesAreTheAPIs(t *testing.T) {
+	modes := map[pvdma.Mode]string{pvdma.ModeOnDemand: api.PinOnDemand, pvdma.ModeAtRegMR: api.PinAtRegMR, pvdma.ModeAll: api.PinAll}
+	for m, name := range modes {
+		if m.String() != name {
+			t.Errorf("pvdma mode %v is %q in the API", m, name)
+		}
+		spec := api.DeviceSpec{Name: "x", Pin: &api.PinSpec{Mode: name}}
+		if got, err := pinMode(spec); err != nil || got != m {
+			t.Errorf("pin mode %q: %v %v", name, got, err)
+		}
+	}
+	if pvdma.ChunkSize != api.PinChunkSize {
+		t.Errorf("pvdma.ChunkSize %d, api.PinChunkSize %d", pvdma.ChunkSize, api.PinChunkSize)
+	}
+}
+
+// TestAPIPeersAreRemotes: the API shows the fabric's peers as
+// fabric/remote writes them, and leaves none as null.
+func TestAPIPeersAreRemotes(t *testing.T) {
+	p, err := remote.ParsePeer("fd00:0:0:2::/64=10.0.0.2:4791")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := apiPeers([]remote.Peer{p})
+	if len(got) != 1 || got[0].String() != p.String() {
+		t.Fatalf("peer %v in the API: %v", p, got)
+	}
+	a, _ := json.Marshal(got[0])
+	r, _ := json.Marshal(p)
+	if string(a) != string(r) {
+		t.Errorf("peer JSON %s, fabric/remote's %s", a, r)
+	}
+	if apiPeers(nil) != nil || apiPeers([]remote.Peer{}) == nil {
+		t.Error("nil and empty peers differ in JSON (null and [])")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/vhost"
@@ -31,7 +32,7 @@ func (nullDevice) ProcessQueue(context.Context, int, *virtio.DeviceQueue, *guest
 	return nil
 }
 
-func vhostFactory(_ context.Context, spec daemon.DeviceSpec, _ daemon.Shared, log *slog.Logger) (daemon.Instance, error) {
+func vhostFactory(_ context.Context, spec api.DeviceSpec, _ daemon.Shared, log *slog.Logger) (daemon.Instance, error) {
 	return daemon.Instance{Backend: vhost.NewBackend(nullDevice{}, vhost.Options{Name: spec.Name, Logger: log})}, nil
 }
 
@@ -74,7 +75,7 @@ func TestVhostBackendIsolation(t *testing.T) {
 	cfg := daemon.DefaultConfig()
 	cfg.RunDir = shortTempDir(t)
 	cfg.Factory = vhostFactory
-	cfg.Devices = []daemon.DeviceSpec{{Name: "good"}, {Name: "bad"}}
+	cfg.Devices = []api.DeviceSpec{{Name: "good"}, {Name: "bad"}}
 	r := run(t, cfg)
 
 	good, bad := dial(t, r.m.SocketPath("good")), dial(t, r.m.SocketPath("bad"))

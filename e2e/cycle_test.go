@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -66,7 +66,7 @@ func cycleDaemon(t *testing.T, extraEnv ...string) (cmd *exec.Cmd, runDir, metri
 			t.Logf("vstellard logs:\n%s", logs.String())
 		}
 	})
-	c := daemon.NewClient(filepath.Join(runDir, "vstellard.sock"))
+	c := api.NewClient(filepath.Join(runDir, "vstellard.sock"))
 	defer c.Close()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/internal/daemonproc"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -44,7 +44,7 @@ func startDaemon(t *testing.T, devices ...string) *daemonProc {
 	}
 	p := &daemonProc{Proc: daemonproc.Start(t, args...), runDir: runDir}
 	// Ready once the API answers and lists every device.
-	c := daemon.NewClient(filepath.Join(runDir, "vstellard.sock"))
+	c := api.NewClient(filepath.Join(runDir, "vstellard.sock"))
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/vhost/frontend"
@@ -155,7 +155,7 @@ func newIsoRig(t *testing.T) *isoRig {
 // and boots a VM with memSize bytes of RAM against it.
 func (r *isoRig) addVM(t *testing.T, name string, memSize uint64, limits string) *hostsim.VM {
 	t.Helper()
-	info, err := r.host.Client().CreateDevice(r.ctx, daemon.DeviceSpec{Name: name, Limits: json.RawMessage(limits)})
+	info, err := r.host.Client().CreateDevice(r.ctx, api.DeviceSpec{Name: name, Limits: json.RawMessage(limits)})
 	if err != nil {
 		t.Fatalf("creating device %s: %v", name, err)
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/fabric/remote"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
@@ -57,7 +57,7 @@ type wireDaemon struct {
 	runDir string
 	logs   *syncBuffer
 	exited chan error
-	api    *daemon.Client
+	api    *api.Client
 	fabric netip.AddrPort
 }
 
@@ -84,7 +84,7 @@ func wireStartDaemon(t *testing.T, name string, listen netip.AddrPort, prefix ne
 	}
 	t.Cleanup(func() { os.RemoveAll(runDir) })
 	d := &wireDaemon{runDir: runDir, logs: &syncBuffer{}, exited: make(chan error, 1), fabric: listen,
-		api: daemon.NewClient(filepath.Join(runDir, "vstellard.sock"))}
+		api: api.NewClient(filepath.Join(runDir, "vstellard.sock"))}
 	d.cmd = exec.Command(bin, "--run-dir", runDir, "--log-level", "info",
 		"--fabric-listen", listen.String(), "--gid-prefix", prefix.String(), "--fabric-secret-file", secret, "--peer", peer)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
@@ -116,14 +116,14 @@ func wireStartDaemon(t *testing.T, name string, listen netip.AddrPort, prefix ne
 // vm creates a device of tenant on d and boots a VM on it.
 func (d *wireDaemon) vm(t *testing.T, ctx context.Context, name string, tenant uint32) *xend {
 	t.Helper()
-	if _, err := d.api.CreateDevice(ctx, daemon.DeviceSpec{Name: name, Tenant: tenant}); err != nil {
+	if _, err := d.api.CreateDevice(ctx, api.DeviceSpec{Name: name, Tenant: tenant}); err != nil {
 		t.Fatalf("creating %s: %v", name, err)
 	}
 	vm, drv := bootVM(t, filepath.Join(d.runDir, name+".sock"), 64<<20)
 	return newXend(t, ctx, &hostsim.VM{Name: name, VM: vm, Driver: drv})
 }
 
-func (d *wireDaemon) counters(t *testing.T, ctx context.Context) daemon.FabricCounters {
+func (d *wireDaemon) counters(t *testing.T, ctx context.Context) api.FabricCounters {
 	t.Helper()
 	h, err := d.api.Host(ctx)
 	if err != nil {
@@ -277,7 +277,7 @@ func (r *wireRig) send(t *testing.T, pkts ...[]byte) {
 // settle waits until host 2 has received want more datagrams than in
 // before (loopback may drop some under a burst: then it gives up after
 // a while and the counters speak for what arrived).
-func (r *wireRig) settle(t *testing.T, before daemon.FabricCounters, want uint64) daemon.FabricCounters {
+func (r *wireRig) settle(t *testing.T, before api.FabricCounters, want uint64) api.FabricCounters {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -335,11 +335,11 @@ func TestWireHostilePeer(t *testing.T) {
 	// Each case sends its datagrams and says which counter of host 2
 	// must have grown by how many (at least: a case's own packets are
 	// all the attacker sends meanwhile, but genuine traffic may add).
-	type counted func(d daemon.FabricCounters) uint64
-	malformed := func(d daemon.FabricCounters) uint64 { return d.Malformed }
-	unknown := func(d daemon.FabricCounters) uint64 { return d.UnknownConn }
-	foreign := func(d daemon.FabricCounters) uint64 { return d.Foreign }
-	dups := func(d daemon.FabricCounters) uint64 { return d.Duplicates }
+	type counted func(d api.FabricCounters) uint64
+	malformed := func(d api.FabricCounters) uint64 { return d.Malformed }
+	unknown := func(d api.FabricCounters) uint64 { return d.UnknownConn }
+	foreign := func(d api.FabricCounters) uint64 { return d.Foreign }
+	dups := func(d api.FabricCounters) uint64 { return d.Duplicates }
 	cases := []struct {
 		name  string
 		pkts  func() [][]byte

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/fabric/remote"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
@@ -19,7 +20,7 @@ import (
 type Host struct {
 	log    *slog.Logger
 	api    string
-	client *daemon.Client
+	client *api.Client
 	dir    string // the in-process daemon's run dir
 	ownDir bool   // dir is ours: removed on Close
 	cancel context.CancelFunc
@@ -94,7 +95,7 @@ func New(ctx context.Context, o Options) (*Host, error) {
 		}
 		h.dir, h.ownDir, h.cancel, h.done, h.api, h.mgr = dir, own, cancel, done, m.APISocket(), m
 	}
-	h.client = daemon.NewClient(h.api)
+	h.client = api.NewClient(h.api)
 	return h, nil
 }
 
@@ -117,7 +118,7 @@ func (h *Host) API() string { return h.api }
 func (h *Host) RunDir() string { return h.dir }
 
 // Client is a management API client.
-func (h *Host) Client() *daemon.Client { return h.client }
+func (h *Host) Client() *api.Client { return h.client }
 
 // VM is a simulated VM with its vStellar device opened by the driver.
 type VM struct {
@@ -152,7 +153,7 @@ type VMOptions struct {
 	MemSize uint64
 	// Pin is the device's pinning policy (nil: the daemon's default, on
 	// demand).
-	Pin *daemon.PinSpec
+	Pin *api.PinSpec
 	// Tenant is the device's tenant on the cross-host fabric.
 	Tenant uint32
 	// Configure may adjust the VM's configuration (features, protocol
@@ -182,7 +183,7 @@ func (h *Host) AddVM(ctx context.Context, name string, o VMOptions) (*VM, error)
 // the management API, and returns its vhost-user socket for Boot. On a
 // Boot failure the caller destroys it (Client().DestroyDevice).
 func (h *Host) CreateDevice(ctx context.Context, name string, o VMOptions) (string, error) {
-	info, err := h.client.CreateDevice(ctx, daemon.DeviceSpec{Name: name, Pin: o.Pin, Tenant: o.Tenant})
+	info, err := h.client.CreateDevice(ctx, api.DeviceSpec{Name: name, Pin: o.Pin, Tenant: o.Tenant})
 	if err != nil {
 		return "", fmt.Errorf("hostsim: creating device %s: %w", name, err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -123,7 +123,7 @@ func TestPinModesAndRemoveVM(t *testing.T) {
 	defer h.Close()
 	base := vmLocked(t)
 
-	all, err := h.AddVM(ctx, "pin-all", hostsim.VMOptions{MemSize: mem, Pin: &daemon.PinSpec{Mode: "all"}})
+	all, err := h.AddVM(ctx, "pin-all", hostsim.VMOptions{MemSize: mem, Pin: &api.PinSpec{Mode: "all"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 )
 
 // TestInspectAPI: after a cross-host WRITE, the management API shows each
@@ -90,13 +90,13 @@ func TestInspectAPI(t *testing.T) {
 	}
 
 	// Bad input: a bad limit, an unknown device, a bad name.
-	if _, err := c.QPs(ctx, "ca", 1<<30); !errors.Is(err, daemon.ErrInvalid) {
+	if _, err := c.QPs(ctx, "ca", 1<<30); !errors.Is(err, api.ErrInvalid) {
 		t.Fatalf("limit 2^30: %v", err)
 	}
-	if _, err := c.DeviceStatus(ctx, "nope"); !errors.Is(err, daemon.ErrNotFound) {
+	if _, err := c.DeviceStatus(ctx, "nope"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("unknown device: %v", err)
 	}
-	if _, err := c.MRs(ctx, "bad!name", 0); !errors.Is(err, daemon.ErrInvalid) {
+	if _, err := c.MRs(ctx, "bad!name", 0); !errors.Is(err, api.ErrInvalid) {
 		t.Fatalf("bad name: %v", err)
 	}
 }

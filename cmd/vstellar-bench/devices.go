@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/vmm"
@@ -155,8 +155,8 @@ func (v *benchVM) close() error { return errors.Join(v.drv.Close(), v.vm.Close()
 // parallelCalls runs op on every name with clients concurrent API
 // clients of their own, and returns each call's latency and the devices
 // present when it started (present, moved by delta after each success).
-func parallelCalls(ctx context.Context, api string, names []string, clients int, present *atomic.Int64, delta int64,
-	op func(ctx context.Context, c *daemon.Client, i int) error) ([]apiCall, time.Duration, error) {
+func parallelCalls(ctx context.Context, sock string, names []string, clients int, present *atomic.Int64, delta int64,
+	op func(ctx context.Context, c *api.Client, i int) error) ([]apiCall, time.Duration, error) {
 	calls := make([]apiCall, len(names))
 	var next atomic.Int64
 	var mu sync.Mutex
@@ -167,7 +167,7 @@ func parallelCalls(ctx context.Context, api string, names []string, clients int,
 	t0 := time.Now()
 	for range min(clients, len(names)) {
 		wg.Go(func() {
-			c := daemon.NewClient(api)
+			c := api.NewClient(sock)
 			defer c.Close()
 			for {
 				i := int(next.Add(1) - 1)
@@ -202,8 +202,8 @@ type seqResult struct {
 	createCPU       time.Duration
 }
 
-func seqCreateDestroy(ctx context.Context, api, prefix string, n int) (res seqResult, err error) {
-	c := daemon.NewClient(api)
+func seqCreateDestroy(ctx context.Context, sock, prefix string, n int) (res seqResult, err error) {
+	c := api.NewClient(sock)
 	defer c.Close()
 	for i := range n {
 		name := fmt.Sprintf("%s-%03d", prefix, i)
@@ -212,7 +212,7 @@ func seqCreateDestroy(ctx context.Context, api, prefix string, n int) (res seqRe
 			return res, err
 		}
 		t0 := time.Now()
-		if _, err := c.CreateDevice(ctx, daemon.DeviceSpec{Name: name}); err != nil {
+		if _, err := c.CreateDevice(ctx, api.DeviceSpec{Name: name}); err != nil {
 			return res, fmt.Errorf("creating %s: %w", name, err)
 		}
 		t1 := time.Now()
@@ -296,10 +296,10 @@ func runDevices(ctx context.Context, o options, r *report) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, h.Close()) }()
-	api := h.API()
+	sock := h.API()
 
 	// 1. The empty daemon.
-	base, err := seqCreateDestroy(ctx, api, "empty", pl.seq)
+	base, err := seqCreateDestroy(ctx, sock, "empty", pl.seq)
 	baseC, baseD := base.create, base.destroy
 	if err != nil {
 		return fmt.Errorf("empty daemon: %w", err)
@@ -326,8 +326,8 @@ func runDevices(ctx context.Context, o options, r *report) (err error) {
 	if err != nil {
 		return err
 	}
-	created, createWall, err := parallelCalls(ctx, api, names, devClients, &present, 1, func(ctx context.Context, c *daemon.Client, i int) error {
-		info, err := c.CreateDevice(ctx, daemon.DeviceSpec{Name: names[i]})
+	created, createWall, err := parallelCalls(ctx, sock, names, devClients, &present, 1, func(ctx context.Context, c *api.Client, i int) error {
+		info, err := c.CreateDevice(ctx, api.DeviceSpec{Name: names[i]})
 		sockets[i] = info.Socket
 		return err
 	})
@@ -349,7 +349,7 @@ func runDevices(ctx context.Context, o options, r *report) (err error) {
 	if err != nil {
 		return err
 	}
-	at, err := seqCreateDestroy(ctx, api, "extra", pl.seq)
+	at, err := seqCreateDestroy(ctx, sock, "extra", pl.seq)
 	atC, atD := at.create, at.destroy
 	if err != nil {
 		return fmt.Errorf("at %d devices: %w", pl.count, err)
@@ -407,7 +407,7 @@ func runDevices(ctx context.Context, o options, r *report) (err error) {
 		}
 	}
 	closeWall := time.Since(t0)
-	destroyed, destroyWall, err := parallelCalls(ctx, api, names, devClients, &present, -1, func(ctx context.Context, c *daemon.Client, i int) error {
+	destroyed, destroyWall, err := parallelCalls(ctx, sock, names, devClients, &present, -1, func(ctx context.Context, c *api.Client, i int) error {
 		return c.DestroyDevice(ctx, names[i])
 	})
 	if err != nil {

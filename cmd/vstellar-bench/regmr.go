@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/pvdma"
@@ -163,7 +163,7 @@ type touchResult struct{ written, fresh touchSet }
 // onDemandRegMR runs the on-demand registration loops and the first-touch
 // measurement on one VM.
 func onDemandRegMR(ctx context.Context, host *hostsim.Host, guest uint64, sizes []uint64, iters, touches int) (res map[uint64]regLat, touch touchResult, err error) {
-	v, err := host.AddVM(ctx, "regmr-on-demand", hostsim.VMOptions{MemSize: guest, Pin: &daemon.PinSpec{Mode: pvdmaModeOnDemand}})
+	v, err := host.AddVM(ctx, "regmr-on-demand", hostsim.VMOptions{MemSize: guest, Pin: &api.PinSpec{Mode: api.PinOnDemand}})
 	if err != nil {
 		return nil, touch, err
 	}
@@ -253,7 +253,7 @@ func onDemandRegMR(ctx context.Context, host *hostsim.Host, guest uint64, sizes 
 func eagerRegMR(ctx context.Context, host *hostsim.Host, guest, size uint64, iters int) (res regLat, err error) {
 	budget := (size + pvdma.ChunkSize - 1) &^ (pvdma.ChunkSize - 1)
 	v, err := host.AddVM(ctx, "regmr-at-reg-mr-"+sizeKey(size), hostsim.VMOptions{MemSize: guest,
-		Pin: &daemon.PinSpec{Mode: pvdmaModeAtRegMR, Budget: budget}})
+		Pin: &api.PinSpec{Mode: api.PinAtRegMR, Budget: budget}})
 	if err != nil {
 		return res, err
 	}

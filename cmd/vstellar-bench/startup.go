@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -97,7 +97,7 @@ func runStartup(ctx context.Context, o options, r *report) error {
 	}
 	defer host.Close()
 
-	modes := []string{pvdmaModeAll, pvdmaModeOnDemand}
+	modes := []string{api.PinAll, api.PinOnDemand}
 	// The tables' rows, added once every size ran (a table is filled
 	// before the next is made).
 	var rows, steps [][]string
@@ -149,7 +149,7 @@ func runStartup(ctx context.Context, o options, r *report) error {
 			steps = append(steps, []string{gibName(size), mode, msf(m.create), msf(m.boot.Connect), msf(m.boot.DriverOK), msf(m.boot.Probe),
 				msf(m.setup), msf(m.regMR), msf(m.write), msf(m.ready)})
 		}
-		all, pv := med[pvdmaModeAll][size], med[pvdmaModeOnDemand][size]
+		all, pv := med[api.PinAll][size], med[api.PinOnDemand][size]
 		rows = append(rows, []string{gibName(size), sizeName(mr), msf(all), msf(pv), fmt.Sprintf("%.1f", all.Seconds()/pv.Seconds()), fmt.Sprint(n)})
 		r.set("pin_all_ms_"+sizeKey(size), ms(all))
 		r.set("pvdma_ms_"+sizeKey(size), ms(pv))
@@ -172,16 +172,16 @@ func runStartup(ctx context.Context, o options, r *report) error {
 	fig.logX, fig.logY = true, true
 	for _, size := range ran {
 		gib := float64(size) / (1 << 30)
-		fig.add("pin all (VFIO baseline)", gib, ms(med[pvdmaModeAll][size]))
-		fig.add("on demand (PVDMA)", gib, ms(med[pvdmaModeOnDemand][size]))
+		fig.add("pin all (VFIO baseline)", gib, ms(med[api.PinAll][size]))
+		fig.add("on demand (PVDMA)", gib, ms(med[api.PinOnDemand][size]))
 	}
 	lo, hi := ran[0], ran[len(ran)-1]
-	all, pv := med[pvdmaModeAll][hi], med[pvdmaModeOnDemand][hi]
+	all, pv := med[api.PinAll][hi], med[api.PinOnDemand][hi]
 	r.set("pin_all_ms", ms(all))
 	r.set("pvdma_ms", ms(pv))
 	r.set("ratio", all.Seconds()/pv.Seconds())
 	r.set("mem_gib", float64(hi)/(1<<30))
-	r.set("pvdma_flatness", med[pvdmaModeOnDemand][hi].Seconds()/med[pvdmaModeOnDemand][lo].Seconds())
+	r.set("pvdma_flatness", med[api.PinOnDemand][hi].Seconds()/med[api.PinOnDemand][lo].Seconds())
 	r.note("pin_all_ms, pvdma_ms and ratio (pin_all/pvdma) are at the largest guest (mem_gib); pvdma_flatness is pvdma at the largest over pvdma at the smallest (%s)", gibName(lo))
 	r.note("medians of %s runs per mode and size, modes alternating; GOMAXPROCS=%d", runsNote(ran, reps), runtime.GOMAXPROCS(0))
 	if !o.tiny {
@@ -192,13 +192,6 @@ func runStartup(ctx context.Context, o options, r *report) error {
 	}
 	return nil
 }
-
-// Pin mode names, as daemon.PinSpec spells them.
-const (
-	pvdmaModeAll      = "all"
-	pvdmaModeOnDemand = "on-demand"
-	pvdmaModeAtRegMR  = "at-reg-mr"
-)
 
 // Settling: the system must stay this idle for one window.
 const (
@@ -273,7 +266,7 @@ func startupMRSize(size uint64) uint64 {
 // bootToReady creates a device in mode, boots a VM of size bytes on it,
 // brings it to ready, and removes both again.
 func bootToReady(ctx context.Context, host *hostsim.Host, name string, size, mr uint64, mode string) (res startupResult, err error) {
-	o := hostsim.VMOptions{MemSize: size, Pin: &daemon.PinSpec{Mode: mode}}
+	o := hostsim.VMOptions{MemSize: size, Pin: &api.PinSpec{Mode: mode}}
 	t0 := time.Now()
 	socket, err := host.CreateDevice(ctx, name, o)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/units"
 )
@@ -59,7 +59,7 @@ func (c *cli) spec(ctx context.Context, cmd string, h hotplugFlags, name, runDir
 	switch {
 	case s.Socket != "":
 	case runDir != "":
-		if err := daemon.ValidateName(name); err != nil {
+		if err := api.ValidateName(name); err != nil {
 			return s, fmt.Errorf("%w: %s: %w", errUsage, cmd, err)
 		}
 		s.Socket = filepath.Join(runDir, name+".sock")

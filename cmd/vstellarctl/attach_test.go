@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/hotplug/qmptest"
 )
@@ -21,7 +21,7 @@ import (
 type hotplugRig struct {
 	dir    string
 	api    string
-	client *daemon.Client
+	client *api.Client
 	qemu   *qmptest.Server
 }
 
@@ -38,7 +38,7 @@ func startHotplugRig(t *testing.T, qopts qmptest.Options) *hotplugRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { q.Close() })
-	cl := daemon.NewClient(m.APISocket())
+	cl := api.NewClient(m.APISocket())
 	t.Cleanup(cl.Close)
 	return &hotplugRig{dir: dir, api: m.APISocket(), client: cl, qemu: q}
 }
@@ -148,7 +148,7 @@ func TestCtlAttachErrors(t *testing.T) {
 
 	// No such device: the daemon's 404, before QEMU is contacted.
 	_, err := r.cmd((*cli).attach, "--qmp", q, "nosuch")
-	var apiErr *daemon.APIError
+	var apiErr *api.APIError
 	if !errors.As(err, &apiErr) || apiErr.Status != 404 || len(r.qemu.Commands()) != 0 {
 		t.Fatalf("unknown device: %v", err)
 	}

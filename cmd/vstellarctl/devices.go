@@ -8,7 +8,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
+	"github.com/vstellar/vstellar/internal/confcheck"
 	"github.com/vstellar/vstellar/internal/units"
 )
 
@@ -61,12 +62,12 @@ func (c *cli) devices(ctx context.Context, args []string) error {
 	case "mrs":
 		return c.mrs(ctx, name, limit)
 	case "create":
-		spec := daemon.DeviceSpec{Name: name}
+		spec := api.DeviceSpec{Name: name}
 		if limits != "" {
 			spec.Limits = json.RawMessage(limits)
 		}
 		if pinMode != "" || pinBudget != 0 {
-			spec.Pin = &daemon.PinSpec{Mode: pinMode, Budget: uint64(pinBudget)}
+			spec.Pin = &api.PinSpec{Mode: pinMode, Budget: uint64(pinBudget)}
 		}
 		if tenant > 1<<32-1 {
 			return fmt.Errorf("%w: devices create: --tenant: %d does not fit 32 bits", errUsage, tenant)
@@ -74,7 +75,7 @@ func (c *cli) devices(ctx context.Context, args []string) error {
 		spec.Tenant = uint32(tenant)
 		// The daemon checks the spec too; checked here, a mistake names
 		// the flag it came from.
-		if err := spec.Validate(); err != nil {
+		if err := confcheck.ValidateSpec(spec); err != nil {
 			return fmt.Errorf("%w: devices create: %w", errUsage, blameFlag(err, limits))
 		}
 		return c.create(ctx, spec)
@@ -91,7 +92,7 @@ var specFlags = []struct{ path, flag string }{
 // blameFlag rewrites a spec error to name the flag that set the value
 // and, for --limits, the column in it.
 func blameFlag(err error, limits string) error {
-	var ce *daemon.ConfigError
+	var ce *confcheck.ConfigError
 	if !errors.As(err, &ce) {
 		return err
 	}
@@ -100,7 +101,7 @@ func blameFlag(err error, limits string) error {
 		if !ok || (rest != "" && rest[0] != '.') || f.flag == "" {
 			continue
 		}
-		out := &daemon.ConfigError{Source: f.flag, Err: ce.Err}
+		out := &confcheck.ConfigError{Source: f.flag, Err: ce.Err}
 		if f.flag == "--limits" {
 			out = ce.Locate(f.flag, []byte(limits))
 		}
@@ -116,7 +117,7 @@ func (c *cli) list(ctx context.Context) error {
 		return err
 	}
 	if c.json {
-		return c.printJSON(daemon.DeviceList{Devices: devs})
+		return c.printJSON(api.DeviceList{Devices: devs})
 	}
 	t := c.table("NAME", "CONNECTED", "CONNECTIONS", "REFUSED", "TENANT", "CREATED", "SOCKET", "LAST ERROR")
 	for _, d := range devs {
@@ -218,7 +219,7 @@ func (c *cli) flushListing(t *table, shown, total int, what string) error {
 	return nil
 }
 
-func (c *cli) create(ctx context.Context, spec daemon.DeviceSpec) error {
+func (c *cli) create(ctx context.Context, spec api.DeviceSpec) error {
 	d, err := c.client.CreateDevice(ctx, spec)
 	if err != nil {
 		return err

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -66,7 +66,7 @@ func TestCtlInspectsRealDevice(t *testing.T) {
 		t.Fatalf("qps: %d\n%s", code, out)
 	}
 	code, out, _ = ctl(t, sock, "--json", "devices", "mrs", "vm0")
-	var mrs daemon.MRList
+	var mrs api.MRList
 	if code != 0 || json.Unmarshal([]byte(out), &mrs) != nil || mrs.Total != 1 || mrs.MRs[0].Length != 1<<20 ||
 		mrs.MRs[0].Access != "local_write|remote_read" || mrs.MRs[0].Key != "0x"+hex(mr.RKey()) {
 		t.Fatalf("mrs --json: %d %s", code, out)

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 )
 
-const defaultSocket = daemon.DefaultRunDir + "/" + daemon.APISocketName
+const defaultSocket = api.DefaultRunDir + "/" + api.APISocketName
 
 // version is set at link time, as vstellard's: -ldflags "-X main.version=v1.2.3".
 var version = "dev"
@@ -70,7 +70,7 @@ request, 6 daemon unreachable, 7 daemon shutting down
 
 // cli is one invocation.
 type cli struct {
-	client  *daemon.Client
+	client  *api.Client
 	json    bool
 	version bool // --version: print it and do nothing else
 	timeout time.Duration
@@ -95,7 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if c.version {
 		return c.printVersion()
 	}
-	c.client = daemon.NewClient(*socket)
+	c.client = api.NewClient(*socket)
 	defer c.client.Close()
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -128,7 +128,7 @@ func (c *cli) printVersion() int {
 
 // exitCode maps an error to the exit status scripts see.
 func exitCode(err error) int {
-	var apiErr *daemon.APIError
+	var apiErr *api.APIError
 	switch {
 	case errors.Is(err, errUsage):
 		return exitUsage
@@ -144,7 +144,7 @@ func exitCode(err error) int {
 			return exitShutdown
 		}
 		return exitFailed
-	case errors.Is(err, daemon.ErrUnreachable):
+	case errors.Is(err, api.ErrUnreachable):
 		return exitUnreachable
 	}
 	return exitFailed

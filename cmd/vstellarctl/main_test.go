@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/daemon/daemontest"
 )
@@ -32,7 +33,7 @@ func runDaemon(t *testing.T, runDir string) *daemon.Manager {
 	cfg := daemon.DefaultConfig()
 	cfg.RunDir = runDir
 	cfg.Factory = (&daemontest.Factory{}).New
-	cfg.Devices = []daemon.DeviceSpec{{Name: "boot0"}}
+	cfg.Devices = []api.DeviceSpec{{Name: "boot0"}}
 	m, err := daemon.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func TestCtlDevicesLifecycle(t *testing.T) {
 	// --json before the command or after it, as for every listing.
 	for _, args := range [][]string{{"--json", "devices", "list"}, {"devices", "list", "--json"}} {
 		code, out, _ = ctl(t, sock, args...)
-		var l daemon.DeviceList
+		var l api.DeviceList
 		if code != 0 || json.Unmarshal([]byte(out), &l) != nil || len(l.Devices) != 2 {
 			t.Fatalf("%v: %d %q", args, code, out)
 		}
@@ -97,7 +98,7 @@ func TestCtlDevicesLifecycle(t *testing.T) {
 		t.Fatalf("list with an argument: %d %q", code, errOut)
 	}
 	code, out, _ = ctl(t, sock, "devices", "show", "vm1", "--json")
-	var d daemon.DeviceStatus
+	var d api.DeviceStatus
 	if code != 0 || json.Unmarshal([]byte(out), &d) != nil || d.Name != "vm1" || d.Connected || d.Tenant != 7 {
 		t.Fatalf("show --json: %d %q", code, out)
 	}

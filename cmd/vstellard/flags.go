@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/internal/confcheck"
 	"github.com/vstellar/vstellar/internal/units"
 )
 
@@ -34,7 +36,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	var (
 		configPath = fs.String("config", "", "JSON config `file`")
-		runDir     = fs.String("run-dir", daemon.DefaultRunDir, "`directory` for the device and API sockets")
+		runDir     = fs.String("run-dir", api.DefaultRunDir, "`directory` for the device and API sockets")
 		logLevel   = fs.String("log-level", daemon.DefaultLogLevel, "log `level`: debug, info, warn or error")
 		logFormat  = fs.String("log-format", daemon.DefaultLogFormat, "log `format`: text or json")
 		timeout    = fs.Duration("shutdown-timeout", time.Duration(daemon.DefaultShutdownTimeout), "bound on a clean shutdown")
@@ -85,7 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		case "log-format":
 			cfg.LogFormat = *logFormat
 		case "shutdown-timeout":
-			cfg.ShutdownTimeout = daemon.Duration(*timeout)
+			cfg.ShutdownTimeout = api.Duration(*timeout)
 		case "socket-mode":
 			cfg.SocketMode = mode
 		case "pin-budget":
@@ -102,7 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	fileDevices := len(cfg.Devices)
 	for _, name := range devices {
-		cfg.Devices = append(cfg.Devices, daemon.DeviceSpec{Name: name})
+		cfg.Devices = append(cfg.Devices, api.DeviceSpec{Name: name})
 	}
 	if err := cfg.Validate(); err != nil {
 		return o, blameFlag(fs, err, fileDevices)
@@ -221,7 +223,7 @@ func (v *namedValue) Set(s string) error {
 	if msg := err.Error(); msg == "parse error" || msg == "value out of range" { // the flag package's own
 		err = fmt.Errorf("%q is not a valid %s", s, v.what)
 	}
-	*v.err = &daemon.ConfigError{Source: "--" + v.name, Err: err}
+	*v.err = &confcheck.ConfigError{Source: "--" + v.name, Err: err}
 	return err
 }
 
@@ -234,7 +236,7 @@ var flagKeys = map[string]string{
 // blameFlag makes an error about a key a flag set name the flag, not the
 // key, as the operator typed the flag.
 func blameFlag(fs *flag.FlagSet, err error, fileDevices int) error {
-	var ce *daemon.ConfigError
+	var ce *confcheck.ConfigError
 	if !errors.As(err, &ce) || ce.Source != "" {
 		return err
 	}
@@ -253,5 +255,5 @@ func blameFlag(fs *flag.FlagSet, err error, fileDevices int) error {
 	if blamed == "" {
 		return err
 	}
-	return &daemon.ConfigError{Source: "--" + blamed, Err: ce.Err}
+	return &confcheck.ConfigError{Source: "--" + blamed, Err: ce.Err}
 }

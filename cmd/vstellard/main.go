@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/metrics"
 )
@@ -36,7 +37,7 @@ const (
 // device the daemon refuses (a bad spec, a name whose GID another device
 // holds) is a configuration error.
 func exitStatus(err error) int {
-	if errors.Is(err, daemon.ErrInvalid) || errors.Is(err, daemon.ErrExists) {
+	if errors.Is(err, api.ErrInvalid) || errors.Is(err, api.ErrExists) {
 		return exitConfig
 	}
 	return exitFailed

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 )
 
@@ -105,7 +106,7 @@ func TestRunVersionAndUsageErrors(t *testing.T) {
 
 func TestRunStartupErrorAPISocketInUse(t *testing.T) {
 	dir := shortDir(t)
-	ln, err := net.Listen("unix", filepath.Join(dir, daemon.APISocketName))
+	ln, err := net.Listen("unix", filepath.Join(dir, api.APISocketName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestRunServesRealDeviceUntilSIGTERM(t *testing.T) {
 		done <- run([]string{"--run-dir", dir, "--device", "vm0", "--log-level", "debug"}, &strings.Builder{}, &errOut)
 	}()
 
-	client := daemon.NewClient(filepath.Join(dir, daemon.APISocketName))
+	client := api.NewClient(filepath.Join(dir, api.APISocketName))
 	defer client.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -152,12 +153,12 @@ func TestRunServesRealDeviceUntilSIGTERM(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	info, err := client.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "vm1", Limits: json.RawMessage(`{"max_qp": 16}`)})
+	info, err := client.CreateDevice(context.Background(), api.DeviceSpec{Name: "vm1", Limits: json.RawMessage(`{"max_qp": 16}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = client.CreateDevice(context.Background(), daemon.DeviceSpec{Name: "vm2", Limits: json.RawMessage(`{"max_sge": 4000000000}`)})
-	if !errors.Is(err, daemon.ErrInvalid) {
+	_, err = client.CreateDevice(context.Background(), api.DeviceSpec{Name: "vm2", Limits: json.RawMessage(`{"max_sge": 4000000000}`)})
+	if !errors.Is(err, api.ErrInvalid) {
 		t.Fatalf("bad limits: %v", err)
 	}
 

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 )
 
 // execEnv makes the test binary run vstellard's main instead of the tests,
@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 // daemonProcess is a vstellard started by startDaemon.
 type daemonProcess struct {
 	cmd     *exec.Cmd
-	client  *daemon.Client
+	client  *api.Client
 	metrics string // http://addr/metrics
 	scraper *http.Client
 	stderr  *syncBuilder
@@ -71,7 +71,7 @@ func startDaemon(t *testing.T, args ...string) *daemonProcess {
 		p.cmd.Process.Kill()
 		p.cmd.Wait()
 	})
-	p.client = daemon.NewClient(filepath.Join(dir, daemon.APISocketName))
+	p.client = api.NewClient(filepath.Join(dir, api.APISocketName))
 	t.Cleanup(p.client.Close)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -204,7 +204,7 @@ func TestThousandDevices(t *testing.T) {
 
 	t0 := time.Now()
 	if err := parallel(count, 16, func(i int) error {
-		_, err := p.client.CreateDevice(ctx, daemon.DeviceSpec{Name: name(i)})
+		_, err := p.client.CreateDevice(ctx, api.DeviceSpec{Name: name(i)})
 		return err
 	}); err != nil {
 		t.Fatalf("create: %v\nstderr:\n%s", err, p.stderr.String())

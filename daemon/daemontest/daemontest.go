@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 )
 
@@ -104,7 +105,7 @@ type Factory struct {
 	// Configure, if set, adjusts each new Backend.
 	Configure func(name string, b *Backend)
 	// Err, if set, is returned for the device of that name.
-	Err func(spec daemon.DeviceSpec) error
+	Err func(spec api.DeviceSpec) error
 
 	mu       sync.Mutex
 	backends map[string]*Backend
@@ -112,7 +113,7 @@ type Factory struct {
 }
 
 // New implements daemon.DeviceFactory.
-func (f *Factory) New(_ context.Context, spec daemon.DeviceSpec, _ daemon.Shared, _ *slog.Logger) (daemon.Instance, error) {
+func (f *Factory) New(_ context.Context, spec api.DeviceSpec, _ daemon.Shared, _ *slog.Logger) (daemon.Instance, error) {
 	if f.Err != nil {
 		if err := f.Err(spec); err != nil {
 			return daemon.Instance{}, err

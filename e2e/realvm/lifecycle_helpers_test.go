@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/guest-driver/agent"
 	"github.com/vstellar/vstellar/internal/realvm"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -108,7 +108,7 @@ func guestReady(line string) string {
 }
 
 // status is the device's state as the daemon's API shows it.
-func (r *rig) status(name string) daemon.DeviceStatus {
+func (r *rig) status(name string) api.DeviceStatus {
 	r.t.Helper()
 	st, err := r.host.Client().DeviceStatus(r.t.Context(), name)
 	if err != nil {
@@ -121,7 +121,7 @@ func (r *rig) status(name string) daemon.DeviceStatus {
 }
 
 // waitStatus polls the device's state until ok, for at most 30 s.
-func (r *rig) waitStatus(name, what string, ok func(daemon.DeviceStatus) bool) daemon.DeviceStatus {
+func (r *rig) waitStatus(name, what string, ok func(api.DeviceStatus) bool) api.DeviceStatus {
 	r.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -151,7 +151,7 @@ func (r *rig) hasQP(name string, qpn uint32) bool {
 }
 
 // live counts a device's verbs objects.
-func live(st daemon.DeviceStatus) int {
+func live(st api.DeviceStatus) int {
 	o := st.Objects
 	return o.PDs + o.CQs + o.QPs + o.MRs + o.AHs
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/guest-driver/agent"
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/hotplug"
@@ -98,7 +98,7 @@ func TestQEMUKilled(t *testing.T) {
 			g.vm.Kill()
 			g.vm.Wait()
 			g.agent.Close()
-			st := r.waitStatus("a", "the disconnect", func(s daemon.DeviceStatus) bool { return !s.Connected })
+			st := r.waitStatus("a", "the disconnect", func(s api.DeviceStatus) bool { return !s.Connected })
 			t.Logf("after SIGKILL: connected %v, objects kept %+v, pinned %d bytes (%d pins, %d unpins), last error %q",
 				st.Connected, *st.Objects, st.Memory.PinnedBytes, st.Memory.Pins, st.Memory.Unpins, st.LastError)
 			if st.Memory.PinnedBytes != 0 {
@@ -118,7 +118,7 @@ func TestQEMUKilled(t *testing.T) {
 				t.Error(err)
 			}
 			g.agent.Close()
-			r.waitStatus("a", "the disconnect", func(s daemon.DeviceStatus) bool { return !s.Connected })
+			r.waitStatus("a", "the disconnect", func(s api.DeviceStatus) bool { return !s.Connected })
 			r.checkLeaks("after the second QEMU quit", base)
 		})
 	}
@@ -158,7 +158,7 @@ func TestDaemonRestart(t *testing.T) {
 			if socket, err := h.CreateDevice(t.Context(), "a", hostsim.VMOptions{}); err != nil || socket != g.socket {
 				t.Fatalf("device on the new daemon: %s, %v; want %s", socket, err, g.socket)
 			}
-			r.waitStatus("a", "QEMU's reconnect", func(s daemon.DeviceStatus) bool { return s.Connected })
+			r.waitStatus("a", "QEMU's reconnect", func(s api.DeviceStatus) bool { return s.Connected })
 			t.Logf("QEMU reconnected %v after the restart", time.Since(restarted).Round(time.Millisecond))
 
 			// The agent destroys what it set up: the new device has none of it.
@@ -217,7 +217,7 @@ func TestHotPlug(t *testing.T) {
 				fatalVM(t, g.vm, err) // no DEVICE_DELETED, or the chardev stayed
 			}
 			t.Logf("detached (DEVICE_DELETED, chardev removed) in %v", time.Since(detach).Round(time.Millisecond))
-			r.waitStatus("a", "the disconnect", func(s daemon.DeviceStatus) bool { return !s.Connected })
+			r.waitStatus("a", "the disconnect", func(s api.DeviceStatus) bool { return !s.Connected })
 			if _, err := g.vm.WaitSerial(ctx, "device removed: released it"); err != nil {
 				t.Fatal(err)
 			}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/internal/guestexec"
 )
@@ -65,7 +65,7 @@ func TestRDMAHostile(t *testing.T) {
 type hostileCase struct {
 	name, cmd string
 	check     func(rep guestexec.RunReply, base guestState) error
-	device    func(before, after daemon.DeviceStatus) error
+	device    func(before, after api.DeviceStatus) error
 }
 
 // passed wants vstellar-hostile's PASS line for sub and exit status 0.
@@ -82,8 +82,8 @@ func passed(sub string) func(guestexec.RunReply, guestState) error {
 }
 
 // errorCQEs wants at least n more error completions from the device.
-func errorCQEs(n uint64) func(before, after daemon.DeviceStatus) error {
-	return func(before, after daemon.DeviceStatus) error {
+func errorCQEs(n uint64) func(before, after api.DeviceStatus) error {
+	return func(before, after api.DeviceStatus) error {
 		if d := after.Traffic.ErrorCQEs - before.Traffic.ErrorCQEs; d < n {
 			return fmt.Errorf("%d error CQEs, want at least %d", d, n)
 		}
@@ -91,7 +91,7 @@ func errorCQEs(n uint64) func(before, after daemon.DeviceStatus) error {
 	}
 }
 
-func cqOverflows(before, after daemon.DeviceStatus) error {
+func cqOverflows(before, after api.DeviceStatus) error {
 	if d := after.Traffic.CQOverflows - before.Traffic.CQOverflows; d < 1 {
 		return fmt.Errorf("%d CQ overflows, want at least 1", d)
 	}
@@ -136,7 +136,7 @@ var hostileCases = []hostileCase{
 			return fmt.Errorf("rdma res shows no object of the running stream")
 		}
 		return nil
-	}, func(before, after daemon.DeviceStatus) error {
+	}, func(before, after api.DeviceStatus) error {
 		if after.Traffic.BytesSent == before.Traffic.BytesSent {
 			return fmt.Errorf("the stream moved no data")
 		}
@@ -147,7 +147,7 @@ var hostileCases = []hostileCase{
 // guestState is what a guest's device holds when no program runs.
 type guestState struct {
 	res     string // rdma res's line of vstellar0
-	objects daemon.ObjectCounts
+	objects api.ObjectCounts
 }
 
 func hostileState(t *testing.T, r *rig, g *execGuest) guestState {
@@ -175,17 +175,17 @@ func resLine(out string) string {
 	return ""
 }
 
-func deviceStatus(t *testing.T, r *rig, name string) daemon.DeviceStatus {
+func deviceStatus(t *testing.T, r *rig, name string) api.DeviceStatus {
 	t.Helper()
 	st, err := r.host.Client().DeviceStatus(t.Context(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Traffic == nil {
-		st.Traffic = &daemon.TrafficStats{}
+		st.Traffic = &api.TrafficStats{}
 	}
 	if st.Control == nil {
-		st.Control = &daemon.ControlStats{}
+		st.Control = &api.ControlStats{}
 	}
 	return st
 }

@@ -1,4 +1,4 @@
-package daemon
+package confcheck
 
 import (
 	"bytes"
@@ -11,36 +11,38 @@ import (
 	"strings"
 )
 
-// decodeLocated is DecodeStrict whose errors are *ConfigError naming the
-// key path and the byte offset of the value at fault, in words an
-// operator reads (no Go types).
-func decodeLocated(data []byte, v any) error {
+// DecodeStrict decodes data, exactly one JSON value, into v, rejecting
+// unknown fields and trailing data: the rule for every JSON the daemon
+// accepts (config file, API bodies, device limits). Errors are
+// *ConfigError naming the key path and the byte offset of the value at
+// fault, in words an operator reads (no Go types).
+func DecodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	switch {
 	case errors.Is(err, io.EOF):
-		return &ConfigError{Err: errors.New("the document is empty"), off: int64(len(data))}
+		return &ConfigError{Err: errors.New("the document is empty"), Offset: int64(len(data))}
 	case err != nil:
 		return locate(data, reflect.TypeOf(v), err)
 	}
 	end := dec.InputOffset()
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &ConfigError{Err: errors.New("trailing data after the JSON document"), off: end + int64(len(data[end:])-len(bytes.TrimLeft(data[end:], " \t\r\n")))}
+		return &ConfigError{Err: errors.New("trailing data after the JSON document"), Offset: end + int64(len(data[end:])-len(bytes.TrimLeft(data[end:], " \t\r\n")))}
 	}
 	return nil
 }
 
-// jsonValue is one value of a document: its key path and extent.
-type jsonValue struct {
-	path       string   // devices[0].pin.mode
-	keys       []string // the same for a type: "devices", "[]", "pin", "mode"
-	start, end int64
+// Value is one value of a document: its key path and extent.
+type Value struct {
+	Path       string   // devices[0].pin.mode
+	Keys       []string // the same for a type: "devices", "[]", "pin", "mode"
+	Start, End int64
 }
 
-// indexJSON lists every value of data in document order, as far as data
-// is well formed.
-func indexJSON(data []byte) []jsonValue {
+// Index lists every value of data in document order, as far as data is
+// well formed.
+func Index(data []byte) []Value {
 	type frame struct {
 		v      int // its index in out
 		object bool
@@ -48,7 +50,7 @@ func indexJSON(data []byte) []jsonValue {
 		hasKey bool // the key of the next value is read ("" is a valid key)
 		n      int  // elements so far (arrays)
 	}
-	var out []jsonValue
+	var out []Value
 	var stack []frame
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -60,7 +62,7 @@ func indexJSON(data []byte) []jsonValue {
 		}
 		start := before + int64(len(data[before:])-len(bytes.TrimLeft(data[before:], " \t\r\n:,")))
 		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
-			out[stack[len(stack)-1].v].end = dec.InputOffset()
+			out[stack[len(stack)-1].v].End = dec.InputOffset()
 			stack = stack[:len(stack)-1]
 			continue
 		}
@@ -77,19 +79,19 @@ func indexJSON(data []byte) []jsonValue {
 				top.key, top.hasKey = key, true
 				continue
 			}
-			keys = append(append([]string(nil), parent.keys...), top.key)
-			path = parent.path + "." + top.key
-			if parent.path == "" {
+			keys = append(append([]string(nil), parent.Keys...), top.key)
+			path = parent.Path + "." + top.key
+			if parent.Path == "" {
 				path = top.key
 			}
 			if !top.object {
 				keys[len(keys)-1] = "[]"
-				path = parent.path + pathIndex(top.n)
+				path = parent.Path + PathIndex(top.n)
 				top.n++
 			}
 			top.key, top.hasKey = "", false
 		}
-		out = append(out, jsonValue{path: path, keys: keys, start: start, end: dec.InputOffset()})
+		out = append(out, Value{Path: path, Keys: keys, Start: start, End: dec.InputOffset()})
 		if d, ok := tok.(json.Delim); ok {
 			stack = append(stack, frame{v: len(out) - 1, object: d == '{'})
 		}
@@ -105,59 +107,59 @@ func locate(data []byte, t reflect.Type, err error) *ConfigError {
 	switch {
 	case errors.As(err, &syn):
 		// Offset counts the byte at fault.
-		return &ConfigError{Err: errors.New(syn.Error()), off: max(syn.Offset-1, 0)}
+		return &ConfigError{Err: errors.New(syn.Error()), Offset: max(syn.Offset-1, 0)}
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &ConfigError{Err: errors.New("the document ends early"), off: int64(len(data))}
+		return &ConfigError{Err: errors.New("the document ends early"), Offset: int64(len(data))}
 	case errors.As(err, &typ):
 		// The innermost value that holds the offset the decoder stopped at.
-		var at *jsonValue
-		values := indexJSON(data)
+		var at *Value
+		values := Index(data)
 		for i := range values {
-			if v := &values[i]; v.start < typ.Offset && typ.Offset <= v.end {
+			if v := &values[i]; v.Start < typ.Offset && typ.Offset <= v.End {
 				at = v
 			}
 		}
-		e := &ConfigError{Err: fmt.Errorf("want %s, got %s", kindName(typ.Type), typ.Value), off: typ.Offset}
+		e := &ConfigError{Err: fmt.Errorf("want %s, got %s", kindName(typ.Type), typ.Value), Offset: typ.Offset}
 		if at != nil {
-			e.Path, e.off = at.path, at.start
+			e.Path, e.Offset = at.Path, at.Start
 		}
 		return e
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		if key, uerr := strconv.Unquote(name); uerr == nil {
-			for _, v := range indexJSON(data) {
-				if len(v.keys) > 0 && v.keys[len(v.keys)-1] == key {
-					if _, known := fieldType(t, v.keys); !known {
-						return &ConfigError{Path: strings.TrimSuffix(strings.TrimSuffix(v.path, key), "."),
-							Err: fmt.Errorf("unknown field %q", key), off: keyStart(data, v.start)}
+			for _, v := range Index(data) {
+				if len(v.Keys) > 0 && v.Keys[len(v.Keys)-1] == key {
+					if _, known := fieldType(t, v.Keys); !known {
+						return &ConfigError{Path: strings.TrimSuffix(strings.TrimSuffix(v.Path, key), "."),
+							Err: fmt.Errorf("unknown field %q", key), Offset: keyStart(data, v.Start)}
 					}
 				}
 			}
 		}
-		return &ConfigError{Err: fmt.Errorf("unknown field %s", name), off: -1}
+		return &ConfigError{Err: fmt.Errorf("unknown field %s", name), Offset: -1}
 	}
 	// A type's own UnmarshalJSON failed: find the first value of such a
 	// type that fails alone with the same error.
-	for _, v := range indexJSON(data) {
-		ft, _ := fieldType(t, v.keys)
+	for _, v := range Index(data) {
+		ft, _ := fieldType(t, v.Keys)
 		for ft != nil && ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
 		if ft == nil || !reflect.PointerTo(ft).Implements(reflect.TypeFor[json.Unmarshaler]()) {
 			continue
 		}
-		if e := json.Unmarshal(data[v.start:v.end], reflect.New(ft).Interface()); e != nil && e.Error() == err.Error() {
+		if e := json.Unmarshal(data[v.Start:v.End], reflect.New(ft).Interface()); e != nil && e.Error() == err.Error() {
 			var inner *ConfigError
-			if errors.As(err, &inner) && inner.off >= 0 {
+			if errors.As(err, &inner) && inner.Offset >= 0 {
 				// It located the error in its own value.
-				out := underPath(v.path, inner).(*ConfigError)
-				out.off += v.start
+				out := UnderPath(v.Path, inner).(*ConfigError)
+				out.Offset += v.Start
 				return out
 			}
-			return &ConfigError{Path: v.path, Err: err, off: v.start}
+			return &ConfigError{Path: v.Path, Err: err, Offset: v.Start}
 		}
 	}
-	return &ConfigError{Err: err, off: -1}
+	return &ConfigError{Err: err, Offset: -1}
 }
 
 // keyStart finds the start of the key whose value starts at off.

@@ -1,6 +1,15 @@
-package daemon
+package api
 
 import "fmt"
+
+const (
+	// DefaultRunDir is where vstellard keeps the device sockets and the
+	// API socket unless configured otherwise.
+	DefaultRunDir = "/run/vstellar"
+
+	// APISocketName is the management API socket, inside the run dir.
+	APISocketName = "vstellard.sock"
+)
 
 // MaxNameLen is the longest accepted device name. With the ".sock" suffix
 // and a run directory of up to 37 bytes (/run/vstellar is 13), every name

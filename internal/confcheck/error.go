@@ -1,23 +1,26 @@
-package daemon
+package confcheck
 
 import (
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/vstellar/vstellar/api"
 )
 
 // ConfigError is one mistake in the configuration: where it is (the
 // file or flag, the line and column, the key path) and what is wrong. It
 // prints as one line, "SOURCE:LINE:COL: PATH: CAUSE", leaving out what is
-// unknown, and matches ErrInvalid.
+// unknown, and matches api.ErrInvalid.
 type ConfigError struct {
 	Source    string // the file or flag the value came from; empty if unknown
 	Line, Col int    // 1-based position in Source; 0 if unknown
 	Path      string // the key, as devices[0].limits.max_qp; empty for the whole document
 	Err       error
-
-	off int64 // byte offset of the value in the JSON it was decoded from; -1 if unknown
+	// Offset is the byte offset of the value in the JSON it was decoded
+	// from; -1 if unknown. Locate turns it into Line and Col.
+	Offset int64
 }
 
 func (e *ConfigError) Error() string {
@@ -33,29 +36,29 @@ func (e *ConfigError) Error() string {
 		b.WriteString(e.Path + ": ")
 	}
 	// The location says the argument is invalid; the cause need not.
-	msg := strings.TrimPrefix(e.Err.Error(), ErrInvalid.Error()+": ")
+	msg := strings.TrimPrefix(e.Err.Error(), api.ErrInvalid.Error()+": ")
 	b.WriteString(strings.Join(strings.Fields(msg), " "))
 	return b.String()
 }
 
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// Is makes every ConfigError an ErrInvalid.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalid }
+// Is makes every ConfigError an api.ErrInvalid.
+func (e *ConfigError) Is(target error) bool { return target == api.ErrInvalid }
 
-// badValue is a ConfigError at path.
-func badValue(path, format string, args ...any) *ConfigError {
-	return &ConfigError{Path: path, Err: fmt.Errorf(format, args...), off: -1}
+// BadValue is a ConfigError at path.
+func BadValue(path, format string, args ...any) *ConfigError {
+	return &ConfigError{Path: path, Err: fmt.Errorf(format, args...), Offset: -1}
 }
 
-// underPath returns err as a ConfigError whose path is below prefix.
-func underPath(prefix string, err error) error {
+// UnderPath returns err as a ConfigError whose path is below prefix.
+func UnderPath(prefix string, err error) error {
 	if err == nil {
 		return nil
 	}
 	var ce *ConfigError
 	if !errors.As(err, &ce) {
-		return &ConfigError{Path: prefix, Err: err, off: -1}
+		return &ConfigError{Path: prefix, Err: err, Offset: -1}
 	}
 	c := *ce
 	switch {
@@ -114,11 +117,11 @@ func lineCol(data []byte, off int64) (line, col int) {
 func (e *ConfigError) Locate(source string, data []byte) *ConfigError {
 	c := *e
 	c.Source = source
-	if c.off >= 0 {
-		c.Line, c.Col = lineCol(data, c.off)
+	if c.Offset >= 0 {
+		c.Line, c.Col = lineCol(data, c.Offset)
 	}
 	return &c
 }
 
-// pathIndex is the path element of array index i.
-func pathIndex(i int) string { return "[" + strconv.Itoa(i) + "]" }
+// PathIndex is the path element of array index i.
+func PathIndex(i int) string { return "[" + strconv.Itoa(i) + "]" }

@@ -1,4 +1,4 @@
-package daemon
+package api
 
 import (
 	"bytes"
@@ -106,7 +106,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (json.Ra
 		return nil, fmt.Errorf("vstellard API: reading answer: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var ae apiError
+		var ae ErrorBody
 		if json.Unmarshal(data, &ae) != nil || ae.Error == "" {
 			ae.Error = http.StatusText(resp.StatusCode)
 		}
