@@ -29,9 +29,14 @@ func FuzzConnHandle(f *testing.F) {
 	f.Add(busy, uint32(1))
 	dup := wire.AppendAck(nil, &wire.Header{Tenant: 7, Conn: 2, Token: 0xbbbb, Flags: wire.FlagDup}, &wire.Ack{Cum: 2, EchoTS: 1, MSN: 1, DupPSN: 1})
 	f.Add(dup, uint32(1))
+	// A forged empty SEND at the stream's next position: a peer holding
+	// the token may send it, so it commits (found by a 600 s run).
+	forged := wire.AppendData(nil, &wire.Header{Tenant: 7, Conn: 1, Token: 0xaaaa}, &wire.Data{Op: wire.OpSend, SSN: 0x30303030}, nil)
+	f.Add(forged, uint32(0))
 	f.Fuzz(func(t *testing.T, b []byte, when uint32) {
 		a, peer := newPair(t, transport.Config{Tenant: 7, MaxPayload: 256})
 		peer.posts, a.posts = 0, 3
+		a.sink.forged, peer.sink.forged = true, true
 		for i := range 3 {
 			if _, err := a.ep.c.Post(transport.Message{Op: wire.OpSend, Len: 300, Src: bytesSrc(make([]byte, 300)), Token: 1000 + uint64(i)}); err != nil {
 				t.Fatal(err)
