@@ -51,6 +51,9 @@ type Limits struct {
 	MaxInlineData uint32 `json:"max_inline_data"`
 	MaxQPRdAtom   uint32 `json:"max_qp_rd_atom"`
 	MaxGID        uint32 `json:"max_gid"`
+	MaxSRQ        uint32 `json:"max_srq"`
+	MaxSRQWR      uint32 `json:"max_srq_wr"`
+	MaxSRQSGE     uint32 `json:"max_srq_sge"`
 	MaxMRSize     uint64 `json:"max_mr_size"`
 	PageSizeCap   uint64 `json:"page_size_cap"`
 }

@@ -30,7 +30,7 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 		return nil, fail(abi.StatusNotFound, "receive CQ %d", r.RecvCQN)
 	}
 	// Checked before a QPN is handed out (the engine checks again).
-	if err := d.limits.CheckQPCaps(r.SQSize, r.RQSize, r.MaxSendSGE, r.MaxRecvSGE, r.MaxInlineData); err != nil {
+	if err := d.limits.CheckQPCaps(r.SQSize, r.RQSize, r.MaxSendSGE, r.MaxRecvSGE, r.MaxInlineData, r.SRQN != 0); err != nil {
 		return nil, err
 	}
 	if err := d.needDoorbells(); err != nil {

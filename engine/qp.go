@@ -161,7 +161,7 @@ func (e *Engine) createQP(s QPSpec) error {
 	case s.PDN == 0:
 		return statusErr(abi.StatusInvalidArgument, "qp %d: pd 0", s.QPN)
 	}
-	if err := l.CheckQPCaps(s.SQSize, s.RQSize, s.MaxSendSGE, s.MaxRecvSGE, s.MaxInlineData); err != nil {
+	if err := l.CheckQPCaps(s.SQSize, s.RQSize, s.MaxSendSGE, s.MaxRecvSGE, s.MaxInlineData, false); err != nil {
 		return wrapStatus(err, "qp %d", s.QPN)
 	}
 	scq, rcq := e.lookupCQ(s.SendCQN), e.lookupCQ(s.RecvCQN)

@@ -168,7 +168,7 @@ func (c *cli) show(ctx context.Context, name string) error {
 		kv.add("control commands", fmt.Sprintf("%d (%d failed, %d malformed)", ct.Commands, ct.Failed, ct.Malformed))
 	}
 	if l := s.Limits; l != nil {
-		kv.add("limits", fmt.Sprintf("%d QPs, %d CQs, %d MRs, %d PDs, %d AHs, %d GIDs", l.MaxQP, l.MaxCQ, l.MaxMR, l.MaxPD, l.MaxAH, l.MaxGID))
+		kv.add("limits", fmt.Sprintf("%d QPs, %d CQs, %d SRQs, %d MRs, %d PDs, %d AHs, %d GIDs", l.MaxQP, l.MaxCQ, l.MaxSRQ, l.MaxMR, l.MaxPD, l.MaxAH, l.MaxGID))
 		kv.add("queue limits", fmt.Sprintf("%d WRs per queue, %d CQEs per CQ, %d SGEs, %d bytes inline, %d RDMA reads/atomics in flight",
 			l.MaxQPWR, l.MaxCQE, l.MaxSGE, l.MaxInlineData, l.MaxQPRdAtom))
 		kv.add("MR limits", fmt.Sprintf("%s per MR, page sizes %s", bytesIEC(l.MaxMRSize), pageSizes(l.PageSizeCap)))

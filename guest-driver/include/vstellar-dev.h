@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: ((GPL-2.0 WITH Linux-syscall-note) OR BSD-2-Clause) */
 /*
- * vStellar device ABI 1.0 (docs/spec.md): the layout of everything that
+ * vStellar device ABI 1.1 (docs/spec.md): the layout of everything that
  * crosses the guest/device boundary of the paravirtual RDMA device, for the
  * Linux kernel driver and the rdma-core provider.
  *
@@ -59,8 +59,8 @@
 
 /* abi_version is major << 16 | minor; a driver accepts any minor of its major. */
 #define VSTELLAR_ABI_MAJOR	1
-#define VSTELLAR_ABI_MINOR	0
-#define VSTELLAR_ABI_VERSION	0x10000U
+#define VSTELLAR_ABI_MINOR	1
+#define VSTELLAR_ABI_VERSION	0x10001U
 
 /* config.status bits. */
 #define VSTELLAR_CONFIG_STATUS_DOORBELL_SHMEM		0x1U
@@ -81,6 +81,9 @@
 #define VSTELLAR_CEILING_MAX_INLINE_DATA	1024
 #define VSTELLAR_CEILING_MAX_QP_RD_ATOM		255
 #define VSTELLAR_CEILING_MAX_GID		256
+#define VSTELLAR_CEILING_MAX_SRQ		262144
+#define VSTELLAR_CEILING_MAX_SRQWR		65536
+#define VSTELLAR_CEILING_MAX_SRQSGE		64
 #define VSTELLAR_CEILING_MAX_MR_SIZE		0x10000000000000ULL
 
 #define VSTELLAR_CONFIG_SIZE	256
@@ -110,7 +113,10 @@ struct vstellar_config {
 	__le32 doorbell_pages;		/* a power of two */
 	__le32 doorbell_records_offset;
 	__le32 doorbell_records;
-	__u8 reserved[160];
+	__le32 max_srq;			/* ABI 1.1 */
+	__le32 max_srq_wr;
+	__le32 max_srq_sge;
+	__u8 reserved[148];
 };
 
 static_assert(sizeof(struct vstellar_config) == 256, "sizeof vstellar_config");
@@ -147,12 +153,16 @@ static_assert(offsetof(struct vstellar_config, doorbell_records_offset) == 0x58,
 	      "vstellar_config.doorbell_records_offset");
 static_assert(offsetof(struct vstellar_config, doorbell_records) == 0x5c,
 	      "vstellar_config.doorbell_records");
-static_assert(offsetof(struct vstellar_config, reserved) == 0x60, "vstellar_config.reserved");
+static_assert(offsetof(struct vstellar_config, max_srq) == 0x60, "vstellar_config.max_srq");
+static_assert(offsetof(struct vstellar_config, max_srq_wr) == 0x64, "vstellar_config.max_srq_wr");
+static_assert(offsetof(struct vstellar_config, max_srq_sge) == 0x68, "vstellar_config.max_srq_sge");
+static_assert(offsetof(struct vstellar_config, reserved) == 0x6c, "vstellar_config.reserved");
 
 /*
- * Doorbell region (spec §6): the device page, then one record per QP
- * and per CQ. Record index: qpn - 2 for a QP, max_qp + cqn - 1 for a CQ
- * (spec §7.3); CREATE_QP and CREATE_CQ return it as doorbell_index.
+ * Doorbell region (spec §6): the device page, then one record per QP,
+ * CQ and SRQ. Record index: qpn - 2 for a QP, max_qp + cqn - 1 for a CQ,
+ * max_qp + max_cq + srqn - 1 for an SRQ (spec §7.3); the create commands
+ * return it as doorbell_index.
  */
 
 #define VSTELLAR_DOORBELL_SHM_ID	0
@@ -229,6 +239,19 @@ static_assert(offsetof(struct vstellar_cq_doorbell, arm_ack) == 0x0c,
 static_assert(offsetof(struct vstellar_cq_doorbell, reserved) == 0x10,
 	      "vstellar_cq_doorbell.reserved");
 
+/* SRQ doorbell record (ABI 1.1). */
+struct vstellar_srq_doorbell {
+	__le32 prod;		/* driver: receive WQEs posted */
+	__le32 cons;		/* device: WQEs taken; slots free */
+	__u8 reserved[56];
+};
+
+static_assert(sizeof(struct vstellar_srq_doorbell) == 64, "sizeof vstellar_srq_doorbell");
+static_assert(offsetof(struct vstellar_srq_doorbell, prod) == 0x00, "vstellar_srq_doorbell.prod");
+static_assert(offsetof(struct vstellar_srq_doorbell, cons) == 0x04, "vstellar_srq_doorbell.cons");
+static_assert(offsetof(struct vstellar_srq_doorbell, reserved) == 0x08,
+	      "vstellar_srq_doorbell.reserved");
+
 /* The arm word for sequence number sn and VSTELLAR_CQ_ARM_* flags. */
 static inline __u32 vstellar_cq_arm_word(__u32 sn, __u32 flags)
 {
@@ -269,6 +292,10 @@ static inline __u32 vstellar_cq_arm_word(__u32 sn, __u32 flags)
 #define VSTELLAR_OP_DESTROY_AH		18	/* handle_req -> - */
 #define VSTELLAR_OP_SET_DOORBELL_AREA	19	/* set_doorbell_area_req -> - */
 #define VSTELLAR_OP_RESET_STATE		20	/* - -> - */
+#define VSTELLAR_OP_CREATE_SRQ		21	/* create_srq_req -> create_srq_resp */
+#define VSTELLAR_OP_MODIFY_SRQ		22	/* modify_srq_req -> - */
+#define VSTELLAR_OP_QUERY_SRQ		23	/* handle_req -> srq_attr */
+#define VSTELLAR_OP_DESTROY_SRQ		24	/* handle_req -> - */
 
 /* response_header.status. */
 #define VSTELLAR_STATUS_OK			0
@@ -362,7 +389,11 @@ struct vstellar_device_attr {
 	__u8 atomic_cap;		/* VSTELLAR_ATOMIC_* */
 	__u8 phys_port_cnt;
 	__u8 local_ca_ack_delay;
-	__u8 reserved[49];
+	__u8 reserved0;
+	__le32 max_srq;			/* ABI 1.1 */
+	__le32 max_srq_wr;
+	__le32 max_srq_sge;
+	__u8 reserved[36];
 };
 
 static_assert(sizeof(struct vstellar_device_attr) == 160, "sizeof vstellar_device_attr");
@@ -408,10 +439,21 @@ static_assert(offsetof(struct vstellar_device_attr, phys_port_cnt) == 0x6d,
 	      "vstellar_device_attr.phys_port_cnt");
 static_assert(offsetof(struct vstellar_device_attr, local_ca_ack_delay) == 0x6e,
 	      "vstellar_device_attr.local_ca_ack_delay");
-static_assert(offsetof(struct vstellar_device_attr, reserved) == 0x6f,
+static_assert(offsetof(struct vstellar_device_attr, reserved0) == 0x6f,
+	      "vstellar_device_attr.reserved0");
+static_assert(offsetof(struct vstellar_device_attr, max_srq) == 0x70,
+	      "vstellar_device_attr.max_srq");
+static_assert(offsetof(struct vstellar_device_attr, max_srq_wr) == 0x74,
+	      "vstellar_device_attr.max_srq_wr");
+static_assert(offsetof(struct vstellar_device_attr, max_srq_sge) == 0x78,
+	      "vstellar_device_attr.max_srq_sge");
+static_assert(offsetof(struct vstellar_device_attr, reserved) == 0x7c,
 	      "vstellar_device_attr.reserved");
 
-/* DEALLOC_PD, DESTROY_CQ, DESTROY_QP, QUERY_QP, DEREG_MR (lkey), DESTROY_AH. */
+/*
+ * DEALLOC_PD, DESTROY_CQ, DESTROY_QP, QUERY_QP, DEREG_MR (lkey), DESTROY_AH,
+ * QUERY_SRQ, DESTROY_SRQ.
+ */
 struct vstellar_handle_req {
 	__le32 handle;
 	__le32 reserved;
@@ -576,7 +618,7 @@ struct vstellar_create_qp_req {
 	__le32 max_send_sge;
 	__le32 max_recv_sge;
 	__le32 max_inline_data;
-	__le32 reserved1;
+	__le32 srqn;
 	__le64 sq_addr;
 	__le64 rq_addr;
 };
@@ -603,8 +645,7 @@ static_assert(offsetof(struct vstellar_create_qp_req, max_recv_sge) == 0x1c,
 	      "vstellar_create_qp_req.max_recv_sge");
 static_assert(offsetof(struct vstellar_create_qp_req, max_inline_data) == 0x20,
 	      "vstellar_create_qp_req.max_inline_data");
-static_assert(offsetof(struct vstellar_create_qp_req, reserved1) == 0x24,
-	      "vstellar_create_qp_req.reserved1");
+static_assert(offsetof(struct vstellar_create_qp_req, srqn) == 0x24, "vstellar_create_qp_req.srqn");
 static_assert(offsetof(struct vstellar_create_qp_req, sq_addr) == 0x28,
 	      "vstellar_create_qp_req.sq_addr");
 static_assert(offsetof(struct vstellar_create_qp_req, rq_addr) == 0x30,
@@ -729,7 +770,7 @@ struct vstellar_qp_cap {
 	__u8 qp_type;
 	__u8 sq_sig_all;
 	__le16 reserved0;
-	__le32 reserved1;
+	__le32 srqn;
 };
 
 static_assert(sizeof(struct vstellar_qp_cap) == 40, "sizeof vstellar_qp_cap");
@@ -747,7 +788,7 @@ static_assert(offsetof(struct vstellar_qp_cap, max_inline_data) == 0x1c,
 static_assert(offsetof(struct vstellar_qp_cap, qp_type) == 0x20, "vstellar_qp_cap.qp_type");
 static_assert(offsetof(struct vstellar_qp_cap, sq_sig_all) == 0x21, "vstellar_qp_cap.sq_sig_all");
 static_assert(offsetof(struct vstellar_qp_cap, reserved0) == 0x22, "vstellar_qp_cap.reserved0");
-static_assert(offsetof(struct vstellar_qp_cap, reserved1) == 0x24, "vstellar_qp_cap.reserved1");
+static_assert(offsetof(struct vstellar_qp_cap, srqn) == 0x24, "vstellar_qp_cap.srqn");
 
 /* QUERY_QP response. */
 struct vstellar_query_qp_resp {
@@ -820,6 +861,76 @@ static_assert(offsetof(struct vstellar_set_doorbell_area_req, addr) == 0x00,
 static_assert(offsetof(struct vstellar_set_doorbell_area_req, length) == 0x08,
 	      "vstellar_set_doorbell_area_req.length");
 
+/* CREATE_SRQ request: size receive WQEs at ring_addr. */
+struct vstellar_create_srq_req {
+	__le32 pdn;
+	__le32 size;
+	__le32 max_sge;
+	__le32 limit;
+	__le64 ring_addr;
+};
+
+static_assert(sizeof(struct vstellar_create_srq_req) == 24, "sizeof vstellar_create_srq_req");
+static_assert(offsetof(struct vstellar_create_srq_req, pdn) == 0x00, "vstellar_create_srq_req.pdn");
+static_assert(offsetof(struct vstellar_create_srq_req, size) == 0x04,
+	      "vstellar_create_srq_req.size");
+static_assert(offsetof(struct vstellar_create_srq_req, max_sge) == 0x08,
+	      "vstellar_create_srq_req.max_sge");
+static_assert(offsetof(struct vstellar_create_srq_req, limit) == 0x0c,
+	      "vstellar_create_srq_req.limit");
+static_assert(offsetof(struct vstellar_create_srq_req, ring_addr) == 0x10,
+	      "vstellar_create_srq_req.ring_addr");
+
+/* CREATE_SRQ response; use the stride it returns. */
+struct vstellar_create_srq_resp {
+	__le32 srqn;
+	__le32 doorbell_index;
+	__le32 stride;
+	__le32 reserved;
+};
+
+static_assert(sizeof(struct vstellar_create_srq_resp) == 16, "sizeof vstellar_create_srq_resp");
+static_assert(offsetof(struct vstellar_create_srq_resp, srqn) == 0x00,
+	      "vstellar_create_srq_resp.srqn");
+static_assert(offsetof(struct vstellar_create_srq_resp, doorbell_index) == 0x04,
+	      "vstellar_create_srq_resp.doorbell_index");
+static_assert(offsetof(struct vstellar_create_srq_resp, stride) == 0x08,
+	      "vstellar_create_srq_resp.stride");
+static_assert(offsetof(struct vstellar_create_srq_resp, reserved) == 0x0c,
+	      "vstellar_create_srq_resp.reserved");
+
+/* MODIFY_SRQ request; attr_mask (VSTELLAR_SRQ_ATTR_*) selects the fields. */
+struct vstellar_modify_srq_req {
+	__le32 srqn;
+	__le32 attr_mask;
+	__le32 max_wr;
+	__le32 limit;
+};
+
+static_assert(sizeof(struct vstellar_modify_srq_req) == 16, "sizeof vstellar_modify_srq_req");
+static_assert(offsetof(struct vstellar_modify_srq_req, srqn) == 0x00,
+	      "vstellar_modify_srq_req.srqn");
+static_assert(offsetof(struct vstellar_modify_srq_req, attr_mask) == 0x04,
+	      "vstellar_modify_srq_req.attr_mask");
+static_assert(offsetof(struct vstellar_modify_srq_req, max_wr) == 0x08,
+	      "vstellar_modify_srq_req.max_wr");
+static_assert(offsetof(struct vstellar_modify_srq_req, limit) == 0x0c,
+	      "vstellar_modify_srq_req.limit");
+
+/* QUERY_SRQ response. */
+struct vstellar_srq_attr {
+	__le32 pdn;
+	__le32 max_wr;
+	__le32 max_sge;
+	__le32 limit;
+};
+
+static_assert(sizeof(struct vstellar_srq_attr) == 16, "sizeof vstellar_srq_attr");
+static_assert(offsetof(struct vstellar_srq_attr, pdn) == 0x00, "vstellar_srq_attr.pdn");
+static_assert(offsetof(struct vstellar_srq_attr, max_wr) == 0x04, "vstellar_srq_attr.max_wr");
+static_assert(offsetof(struct vstellar_srq_attr, max_sge) == 0x08, "vstellar_srq_attr.max_sge");
+static_assert(offsetof(struct vstellar_srq_attr, limit) == 0x0c, "vstellar_srq_attr.limit");
+
 /*
  * Verbs values (the IBV_* values where verbs has the concept)
  */
@@ -860,6 +971,11 @@ static_assert(offsetof(struct vstellar_set_doorbell_area_req, length) == 0x08,
 #define VSTELLAR_QP_ATTR_CAP			0x80000U
 #define VSTELLAR_QP_ATTR_DEST_QPN		0x100000U
 #define VSTELLAR_QP_ATTR_ALL			0x1fffffU
+
+/* modify_srq_req.attr_mask; MAX_WR (resize) is NOT_SUPPORTED. */
+#define VSTELLAR_SRQ_ATTR_MAX_WR	0x1U
+#define VSTELLAR_SRQ_ATTR_LIMIT		0x2U
+#define VSTELLAR_SRQ_ATTR_ALL		0x3U
 
 /*
  * Access flags (reg_mr_req.access, qp_attr.qp_access_flags); local read is
@@ -1078,6 +1194,9 @@ static inline __u64 vstellar_recv_wqe_stride(__u32 max_sge)
 #define VSTELLAR_EVENT_PORT_ERR		8
 #define VSTELLAR_EVENT_GID_CHANGE	9
 #define VSTELLAR_EVENT_DEVICE_FATAL	10
+#define VSTELLAR_EVENT_SRQ_LIMIT	11
+#define VSTELLAR_EVENT_SRQ_ERR		12
+#define VSTELLAR_EVENT_QP_LAST_WQE	13
 
 /* One event per buffer; the device writes VSTELLAR_EVENT_SIZE bytes. */
 struct vstellar_event {

@@ -352,13 +352,14 @@ func buildCHeader() cHeader {
 			ceiling("MaxPD", uint64(c.MaxPD)), ceiling("MaxAH", uint64(c.MaxAH)), ceiling("MaxQPWR", uint64(c.MaxQPWR)),
 			ceiling("MaxCQE", uint64(c.MaxCQE)), ceiling("MaxSGE", uint64(c.MaxSGE)), ceiling("MaxInlineData", uint64(c.MaxInlineData)),
 			ceiling("MaxQPRdAtom", uint64(c.MaxQPRdAtom)), ceiling("MaxGID", uint64(c.MaxGID)),
+			ceiling("MaxSRQ", uint64(c.MaxSRQ)), ceiling("MaxSRQWR", uint64(c.MaxSRQWR)), ceiling("MaxSRQSGE", uint64(c.MaxSRQSGE)),
 			{name: "VSTELLAR_CEILING_MAX_MR_SIZE", val: c.MaxMRSize, form: formHex64},
 		}},
 		{"", []cConst{cdec("ConfigSize", ConfigSize)}},
 	}, structs: []cStruct{configStruct()}})
 
 	// Doorbells.
-	add(cSection{title: "Doorbell region (spec §6): the device page, then one record per QP\nand per CQ. Record index: qpn - 2 for a QP, max_qp + cqn - 1 for a CQ\n(spec §7.3); CREATE_QP and CREATE_CQ return it as doorbell_index.", groups: []cGroup{
+	add(cSection{title: "Doorbell region (spec §6): the device page, then one record per QP,\nCQ and SRQ. Record index: qpn - 2 for a QP, max_qp + cqn - 1 for a CQ,\nmax_qp + max_cq + srqn - 1 for an SRQ (spec §7.3); the create commands\nreturn it as doorbell_index.", groups: []cGroup{
 		{"", []cConst{cdec("DoorbellShmID", DoorbellShmID), cdec("DoorbellRecordSize", DoorbellRecordSize), cdec("DoorbellMinPageSize", DoorbellMinPageSize)}},
 		{"device_page.engine_flags: the engine sleeps; kick VSTELLAR_QUEUE_WAKEUP\nafter ringing a doorbell (spec §6.6).", []cConst{chex("EngineIdle", uint64(EngineIdle))}},
 		{"cq_doorbell.arm: arm_sn << VSTELLAR_CQ_ARM_SN_SHIFT | flags (spec §11.3).", []cConst{
@@ -417,7 +418,7 @@ static inline __u32 vstellar_cq_arm_word(__u32 sn, __u32 flags)
 		{"reg_mr_req.npages: page-list entries at most.", []cConst{cdec("MaxMRPages", MaxMRPages)}},
 	}, structs: []cStruct{
 		deviceAttrStruct(),
-		reflectStruct(HandleReq{}, "DEALLOC_PD, DESTROY_CQ, DESTROY_QP, QUERY_QP, DEREG_MR (lkey), DESTROY_AH.", "**HandleReq** (8 bytes)"),
+		reflectStruct(HandleReq{}, "DEALLOC_PD, DESTROY_CQ, DESTROY_QP, QUERY_QP, DEREG_MR (lkey), DESTROY_AH,\nQUERY_SRQ, DESTROY_SRQ.", "**HandleReq** (8 bytes)"),
 		reflectStruct(HandleResp{}, "ALLOC_PD (pdn), CREATE_AH (ahn).", "**HandleResp** (8 bytes)"),
 		reflectStruct(QueryPortReq{}, "QUERY_PORT request; port is 1.", "Request **QueryPortReq**"),
 		reflectStruct(PortAttr{}, "QUERY_PORT response.", "Response **PortAttr**"),
@@ -438,6 +439,10 @@ static inline __u32 vstellar_cq_arm_word(__u32 sn, __u32 flags)
 		reflectStruct(RegMRResp{}, "REG_MR response.", "Response **RegMRResp**"),
 		reflectStruct(CreateAHReq{}, "CREATE_AH request; the response is a vstellar_handle_resp.", "Request **CreateAHReq**"),
 		reflectStruct(SetDoorbellAreaReq{}, "SET_DOORBELL_AREA request (guest-RAM doorbells only).", "Request **SetDoorbellAreaReq**"),
+		reflectStruct(CreateSRQReq{}, "CREATE_SRQ request: size receive WQEs at ring_addr.", "Request **CreateSRQReq**"),
+		reflectStruct(CreateSRQResp{}, "CREATE_SRQ response; use the stride it returns.", "Response **CreateSRQResp**"),
+		reflectStruct(ModifySRQReq{}, "MODIFY_SRQ request; attr_mask (VSTELLAR_SRQ_ATTR_*) selects the fields.", "Request **ModifySRQReq**"),
+		reflectStruct(SRQAttr{}, "QUERY_SRQ response.", "Response **SRQAttr**"),
 	}})
 
 	// Verbs enumerations.
@@ -446,6 +451,7 @@ static inline __u32 vstellar_cq_arm_word(__u32 sn, __u32 flags)
 		{"create_qp_req.qp_type; UD is reserved (NOT_SUPPORTED).", typedConsts("QPType", formDec)},
 		{"QP states (qp_attr.qp_state, spec §12).", typedConsts("QPState", formDec)},
 		{"modify_qp_req.attr_mask.", masks},
+		{"modify_srq_req.attr_mask; MAX_WR (resize) is NOT_SUPPORTED.", append(typedConsts("SRQAttrMask", formHex, "SRQAttrAll"), chex("SRQAttrAll", uint64(SRQAttrAll)))},
 		{"Access flags (reg_mr_req.access, qp_attr.qp_access_flags); local read is\nalways allowed.", append(typedConsts("Access", formHex, "AccessAll"), chex("AccessAll", uint64(AccessAll)))},
 		{"MTU (qp_attr.path_mtu, port_attr.max_mtu and active_mtu).", typedConsts("MTU", formDec)},
 		{"port_attr.state.", typedConsts("PortState", formDec)},
@@ -550,6 +556,9 @@ func configStruct() cStruct {
 		hf("doorbell_pages", "Doorbell.Pages", ConfigOffDoorbellPages, "ConfigOffDoorbellPages", "__le32", 0, "a power of two"),
 		hf("doorbell_records_offset", "Doorbell.RecordsOffset", ConfigOffDoorbellRecOff, "ConfigOffDoorbellRecOff", "__le32", 0, ""),
 		hf("doorbell_records", "Doorbell.Records", ConfigOffDoorbellRecords, "ConfigOffDoorbellRecords", "__le32", 0, ""),
+		hf("max_srq", "Limits.MaxSRQ", ConfigOffMaxSRQ, "ConfigOffMaxSRQ", "__le32", 0, "ABI 1.1"),
+		hf("max_srq_wr", "Limits.MaxSRQWR", ConfigOffMaxSRQWR, "ConfigOffMaxSRQWR", "__le32", 0, ""),
+		hf("max_srq_sge", "Limits.MaxSRQSGE", ConfigOffMaxSRQSGE, "ConfigOffMaxSRQSGE", "__le32", 0, ""),
 		hf("reserved", "", ConfigOffReserved, "ConfigOffReserved", "__u8", ConfigSize-ConfigOffReserved, ""),
 	)
 }
@@ -572,6 +581,10 @@ func doorbellStructs() []cStruct {
 			hf("arm", "", CQDoorbellOffArm, "CQDoorbellOffArm", "__le32", 0, "driver: vstellar_cq_arm_word()"),
 			hf("arm_ack", "", CQDoorbellOffArmAck, "CQDoorbellOffArmAck", "__le32", 0, "device: last arm_sn served"),
 			hf("reserved", "", CQDoorbellOffArmAck+4, "", "__u8", DoorbellRecordSize-CQDoorbellOffArmAck-4, "")),
+		handStruct("srq_doorbell", "SRQ doorbell record (ABI 1.1).", nil, DoorbellRecordSize, nil, "### 6.7 SRQ doorbell record",
+			hf("prod", "", SRQDoorbellOffProd, "SRQDoorbellOffProd", "__le32", 0, "driver: receive WQEs posted"),
+			hf("cons", "", SRQDoorbellOffCons, "SRQDoorbellOffCons", "__le32", 0, "device: WQEs taken; slots free"),
+			hf("reserved", "", SRQDoorbellOffCons+4, "", "__u8", DoorbellRecordSize-SRQDoorbellOffCons-4, "")),
 	}
 }
 
@@ -601,6 +614,10 @@ func deviceAttrStruct() cStruct {
 		hf("atomic_cap", "AtomicCap", attrOffAtomicCap, "", "__u8", 0, "VSTELLAR_ATOMIC_*"),
 		hf("phys_port_cnt", "PhysPortCnt", attrOffPhysPortCnt, "", "__u8", 0, ""),
 		hf("local_ca_ack_delay", "LocalCAAckDelay", attrOffLocalCAAckDel, "", "__u8", 0, ""),
+		hf("reserved0", "", attrOffReserved0, "", "__u8", 0, ""),
+		hf("max_srq", "MaxSRQ", attrOffMaxSRQ, "", "__le32", 0, "ABI 1.1"),
+		hf("max_srq_wr", "MaxSRQWR", attrOffMaxSRQWR, "", "__le32", 0, ""),
+		hf("max_srq_sge", "MaxSRQSGE", attrOffMaxSRQSGE, "", "__le32", 0, ""),
 		hf("reserved", "", attrOffReserved, "", "__u8", DeviceAttrSize-attrOffReserved, ""),
 	)
 }

@@ -16,7 +16,8 @@ import (
 // a live object.
 
 // HandleReq names one object: DEALLOC_PD, DESTROY_CQ, DESTROY_QP,
-// QUERY_QP, DEREG_MR (Handle = lkey) and DESTROY_AH.
+// QUERY_QP, DEREG_MR (Handle = lkey), DESTROY_AH, QUERY_SRQ and
+// DESTROY_SRQ.
 type HandleReq struct {
 	Handle   uint32
 	Reserved uint32
@@ -121,6 +122,8 @@ type ResizeCQReq struct {
 // RQSize WQEs (powers of two, 1..max_qp_wr) whose strides are
 // SendWQEStride(MaxSendSGE, MaxInlineData) and RecvWQEStride(MaxRecvSGE),
 // at guest physical addresses aligned to their stride, inside guest RAM.
+// A QP with an SRQ (SRQN != 0) has no RQ: RQSize, MaxRecvSGE and RQAddr
+// are 0 and its receives come from the SRQ.
 type CreateQPReq struct {
 	PDN           uint32
 	Type          QPType
@@ -133,7 +136,7 @@ type CreateQPReq struct {
 	MaxSendSGE    uint32
 	MaxRecvSGE    uint32
 	MaxInlineData uint32
-	Reserved1     uint32
+	SRQN          uint32 // 0: the QP has its own RQ (ABI 1.1)
 	SQAddr        uint64
 	RQAddr        uint64
 }
@@ -203,7 +206,7 @@ type QPCap struct {
 	Type          QPType
 	SigAll        uint8
 	Reserved0     uint16
-	Reserved1     uint32
+	SRQN          uint32 // 0: none
 }
 
 // QueryQPResp is QUERY_QP's response.
@@ -243,6 +246,55 @@ type CreateAHReq struct {
 	PDN      uint32
 	Reserved uint32
 	AH       AHAttr
+}
+
+// CreateSRQReq is CREATE_SRQ's request: a ring of Size receive WQEs (a
+// power of two, 1..max_srq_wr) of stride RecvWQEStride(MaxSGE) at guest
+// physical address RingAddr, aligned to the stride, inside guest RAM.
+// Limit arms the limit event at once when non-zero (0 < Limit < Size).
+type CreateSRQReq struct {
+	PDN      uint32
+	Size     uint32
+	MaxSGE   uint32
+	Limit    uint32
+	RingAddr uint64
+}
+
+// CreateSRQResp is CREATE_SRQ's response.
+type CreateSRQResp struct {
+	SRQN          uint32
+	DoorbellIndex uint32
+	Stride        uint32 // bytes per receive WQE, as the device computed it
+	Reserved      uint32
+}
+
+// SRQAttrMask selects what MODIFY_SRQ changes (the IBV_SRQ_* bits).
+type SRQAttrMask uint32
+
+const (
+	// SRQAttrMaxWR resizes the SRQ. Not supported in this version: the
+	// device answers NOT_SUPPORTED.
+	SRQAttrMaxWR SRQAttrMask = 1 << 0
+	// SRQAttrLimit arms the limit event at Limit (0 disarms it).
+	SRQAttrLimit SRQAttrMask = 1 << 1
+
+	SRQAttrAll = SRQAttrMaxWR | SRQAttrLimit
+)
+
+// ModifySRQReq is MODIFY_SRQ's request.
+type ModifySRQReq struct {
+	SRQN     uint32
+	AttrMask SRQAttrMask
+	MaxWR    uint32
+	Limit    uint32
+}
+
+// SRQAttr is QUERY_SRQ's response.
+type SRQAttr struct {
+	PDN    uint32
+	MaxWR  uint32 // the ring's size
+	MaxSGE uint32
+	Limit  uint32 // armed limit, 0 when not armed
 }
 
 // SetDoorbellAreaReq is SET_DOORBELL_AREA's request (guest-RAM
@@ -312,7 +364,7 @@ func (r *CreateCQReq) Validate() error  { return reserved("create cq flags", r.F
 func (a *AHAttr) Validate() error { return reserved("ah attr", !isZero(a.Reserved)) }
 
 func (r *CreateQPReq) Validate() error {
-	if err := reserved("create qp", r.Reserved0 != 0 || r.Reserved1 != 0); err != nil {
+	if err := reserved("create qp", r.Reserved0 != 0); err != nil {
 		return err
 	}
 	if r.Type != QPTypeRC && r.Type != QPTypeUD {
@@ -350,6 +402,13 @@ func (r *RegMRReq) Validate() error {
 	}
 	if r.NPages == 0 && r.PageShift != 0 {
 		return fmt.Errorf("reg mr: page shift without a page list: %w", ErrReservedNonZero)
+	}
+	return nil
+}
+
+func (r *ModifySRQReq) Validate() error {
+	if r.AttrMask&^SRQAttrAll != 0 {
+		return fmt.Errorf("modify srq attr_mask %#x: undefined bits: %w", uint32(r.AttrMask), ErrBadValue)
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ func qpAttrAt(off int) []field {
 var testQPCap = QPCap{
 	PDN: 0x61626364, SendCQN: 0x65666768, RecvCQN: 0x696a6b6c, SQSize: 0x6d6e6f70,
 	RQSize: 0x71727374, MaxSendSGE: 0x75767778, MaxRecvSGE: 0x797a7b7c, MaxInlineData: 0x7d7e7f80,
-	Type: 0x81, SigAll: 0x82, Reserved0: 0x8384, Reserved1: 0x85868788,
+	Type: 0x81, SigAll: 0x82, Reserved0: 0x8384, SRQN: 0x85868788,
 }
 
 func qpCapAt(off int) []field {
@@ -126,12 +126,20 @@ func payloadGoldens() []payloadGolden {
 		{"CreateQPReq", &CreateQPReq{
 			PDN: 0x01020304, Type: QPTypeRC, SigAll: 1, SendCQN: 0x05060708, RecvCQN: 0x090a0b0c,
 			SQSize: 0x0d0e0f10, RQSize: 0x11121314, MaxSendSGE: 0x15161718, MaxRecvSGE: 0x191a1b1c,
-			MaxInlineData: 0x1d1e1f20, SQAddr: 0x2122232425262728, RQAddr: 0x292a2b2c2d2e2f30,
+			MaxInlineData: 0x1d1e1f20, SRQN: 0x31323334, SQAddr: 0x2122232425262728, RQAddr: 0x292a2b2c2d2e2f30,
 		}, 56, []field{
 			{0, 4, 0x01020304}, {4, 1, 2}, {5, 1, 1}, {8, 4, 0x05060708}, {12, 4, 0x090a0b0c},
 			{16, 4, 0x0d0e0f10}, {20, 4, 0x11121314}, {24, 4, 0x15161718}, {28, 4, 0x191a1b1c},
-			{32, 4, 0x1d1e1f20}, {40, 8, 0x2122232425262728}, {48, 8, 0x292a2b2c2d2e2f30},
+			{32, 4, 0x1d1e1f20}, {36, 4, 0x31323334}, {40, 8, 0x2122232425262728}, {48, 8, 0x292a2b2c2d2e2f30},
 		}, true},
+		{"CreateSRQReq", &CreateSRQReq{PDN: 0x01020304, Size: 0x05060708, MaxSGE: 0x090a0b0c, Limit: 0x0d0e0f10, RingAddr: 0x1112131415161718}, 24,
+			[]field{{0, 4, 0x01020304}, {4, 4, 0x05060708}, {8, 4, 0x090a0b0c}, {12, 4, 0x0d0e0f10}, {16, 8, 0x1112131415161718}}, true},
+		{"CreateSRQResp", &CreateSRQResp{SRQN: 0x01020304, DoorbellIndex: 0x05060708, Stride: 0x090a0b0c, Reserved: 0x0d0e0f10}, 16,
+			[]field{{0, 4, 0x01020304}, {4, 4, 0x05060708}, {8, 4, 0x090a0b0c}, {12, 4, 0x0d0e0f10}}, true},
+		{"ModifySRQReq", &ModifySRQReq{SRQN: 0x01020304, AttrMask: SRQAttrAll, MaxWR: 0x090a0b0c, Limit: 0x0d0e0f10}, 16,
+			[]field{{0, 4, 0x01020304}, {4, 4, uint64(SRQAttrAll)}, {8, 4, 0x090a0b0c}, {12, 4, 0x0d0e0f10}}, true},
+		{"SRQAttr", &SRQAttr{PDN: 0x01020304, MaxWR: 0x05060708, MaxSGE: 0x090a0b0c, Limit: 0x0d0e0f10}, 16,
+			[]field{{0, 4, 0x01020304}, {4, 4, 0x05060708}, {8, 4, 0x090a0b0c}, {12, 4, 0x0d0e0f10}}, true},
 		{"CreateQPResp", &CreateQPResp{QPN: 0x01020304, DoorbellIndex: 0x05060708, SQStride: 0x090a0b0c, RQStride: 0x0d0e0f10}, 16,
 			[]field{{0, 4, 0x01020304}, {4, 4, 0x05060708}, {8, 4, 0x090a0b0c}, {12, 4, 0x0d0e0f10}}, true},
 		{"AHAttr", &AHAttr{DGID: testAH.DGID, FlowLabel: testAH.FlowLabel, SGIDIndex: 0x31, HopLimit: 0x32, TrafficClass: 0x33, SL: 0x34, Port: 0x35}, 32,
@@ -234,7 +242,7 @@ func validRequests() []struct {
 		{"QueryPortReq", &QueryPortReq{Port: 1}, [][2]int{{4, 8}}},
 		{"CreateCQReq", &CreateCQReq{RingAddr: 0x10000, Entries: 64}, [][2]int{{12, 16}}},
 		{"CreateQPReq", &CreateQPReq{PDN: 1, Type: QPTypeRC, SendCQN: 1, RecvCQN: 2, SQSize: 64, RQSize: 64,
-			MaxSendSGE: 4, MaxRecvSGE: 4, SQAddr: 0x20000, RQAddr: 0x30000}, [][2]int{{6, 8}, {36, 40}}},
+			MaxSendSGE: 4, MaxRecvSGE: 4, SQAddr: 0x20000, RQAddr: 0x30000}, [][2]int{{6, 8}}},
 		// sq_draining (attr offset 41) is written by QUERY_QP only.
 		{"ModifyQPReq", &ModifyQPReq{QPN: 2, AttrMask: QPAttrState, Attr: testQPAttr},
 			[][2]int{{8 + 41, 8 + 48}, {8 + 48 + 25, 8 + 80}}},
@@ -277,7 +285,6 @@ func TestReservedFieldsByName(t *testing.T) {
 		"QueryPortReq.Reserved":           &QueryPortReq{Port: 1, Reserved: 1 << 31},
 		"CreateCQReq.Flags":               &CreateCQReq{Entries: 1, Flags: 1},
 		"CreateQPReq.Reserved0":           &CreateQPReq{Type: QPTypeRC, Reserved0: 1},
-		"CreateQPReq.Reserved1":           &CreateQPReq{Type: QPTypeRC, Reserved1: 1},
 		"AHAttr.Reserved":                 &AHAttr{Reserved: [7]uint8{6: 1}},
 		"QPAttr.Reserved0":                &QPAttr{Reserved0: 1},
 		"QPAttr.Reserved1":                &QPAttr{Reserved1: 1},
@@ -312,6 +319,16 @@ func TestCreateQPValidate(t *testing.T) {
 		err := DecodePayload(EncodePayload(nil, &r), new(CreateQPReq))
 		if c.ok != (err == nil) || (err != nil && (!errors.Is(err, ErrBadValue) || StatusFor(err) != StatusInvalidArgument)) {
 			t.Errorf("type %v sig_all %d: %v", c.typ, c.sigAll, err)
+		}
+	}
+}
+
+func TestModifySRQValidate(t *testing.T) {
+	for m := SRQAttrMask(0); m < 1<<4; m++ {
+		r := ModifySRQReq{SRQN: 1, AttrMask: m}
+		err := DecodePayload(EncodePayload(nil, &r), new(ModifySRQReq))
+		if wantOK := m&^SRQAttrAll == 0; wantOK != (err == nil) || (err != nil && StatusFor(err) != StatusInvalidArgument) {
+			t.Errorf("attr_mask %#x: %v", uint32(m), err)
 		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 // of its major.
 const (
 	ABIMajor = 1
-	ABIMinor = 0
+	ABIMinor = 1
 	// ABIVersion is the config space abi_version value: major<<16 | minor.
 	ABIVersion = ABIMajor<<16 | ABIMinor
 )
@@ -57,7 +57,10 @@ const (
 	ConfigOffDoorbellPages   = 0x54 // le32
 	ConfigOffDoorbellRecOff  = 0x58 // le32
 	ConfigOffDoorbellRecords = 0x5c // le32
-	ConfigOffReserved        = 0x60 // reserved to ConfigSize, zero
+	ConfigOffMaxSRQ          = 0x60 // le32 (ABI 1.1)
+	ConfigOffMaxSRQWR        = 0x64 // le32
+	ConfigOffMaxSRQSGE       = 0x68 // le32
+	ConfigOffReserved        = 0x6c // reserved to ConfigSize, zero
 )
 
 // Config is the device configuration space.
@@ -92,6 +95,9 @@ func (c Config) AppendBinary(b []byte) ([]byte, error) {
 	le.PutUint32(p[ConfigOffMaxInlineData:], c.Limits.MaxInlineData)
 	le.PutUint32(p[ConfigOffMaxQPRdAtom:], c.Limits.MaxQPRdAtom)
 	le.PutUint32(p[ConfigOffMaxGID:], c.Limits.MaxGID)
+	le.PutUint32(p[ConfigOffMaxSRQ:], c.Limits.MaxSRQ)
+	le.PutUint32(p[ConfigOffMaxSRQWR:], c.Limits.MaxSRQWR)
+	le.PutUint32(p[ConfigOffMaxSRQSGE:], c.Limits.MaxSRQSGE)
 	p[ConfigOffPhysPortCnt] = c.PhysPortCnt
 	p[ConfigOffDoorbellShmID] = c.Doorbell.ShmID
 	le.PutUint16(p[ConfigOffDoorbellRecSize:], c.Doorbell.RecordSize)
@@ -131,6 +137,9 @@ func (c *Config) UnmarshalBinary(p []byte) error {
 			MaxInlineData: le.Uint32(p[ConfigOffMaxInlineData:]),
 			MaxQPRdAtom:   le.Uint32(p[ConfigOffMaxQPRdAtom:]),
 			MaxGID:        le.Uint32(p[ConfigOffMaxGID:]),
+			MaxSRQ:        le.Uint32(p[ConfigOffMaxSRQ:]),
+			MaxSRQWR:      le.Uint32(p[ConfigOffMaxSRQWR:]),
+			MaxSRQSGE:     le.Uint32(p[ConfigOffMaxSRQSGE:]),
 		},
 		PhysPortCnt: p[ConfigOffPhysPortCnt],
 		Doorbell: DoorbellLayout{
@@ -164,9 +173,9 @@ func (c Config) Validate() error {
 	if err := c.Doorbell.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	if uint64(c.Doorbell.Records) < uint64(c.Limits.MaxQP)+uint64(c.Limits.MaxCQ) {
-		return fmt.Errorf("config: %d doorbell records for %d QPs and %d CQs: %w",
-			c.Doorbell.Records, c.Limits.MaxQP, c.Limits.MaxCQ, ErrBadValue)
+	if uint64(c.Doorbell.Records) < c.Limits.DoorbellRecords() {
+		return fmt.Errorf("config: %d doorbell records for %d QPs, %d CQs and %d SRQs: %w",
+			c.Doorbell.Records, c.Limits.MaxQP, c.Limits.MaxCQ, c.Limits.MaxSRQ, ErrBadValue)
 	}
 	return nil
 }

@@ -119,7 +119,7 @@ func TestStatus(t *testing.T) {
 
 func TestOpcodes(t *testing.T) {
 	ops := Opcodes()
-	if len(ops) != 20 || ops[0] != OpQueryDevice || ops[len(ops)-1] != OpResetState {
+	if len(ops) != 24 || ops[0] != OpQueryDevice || ops[len(ops)-1] != OpDestroySRQ {
 		t.Fatalf("opcodes %v", ops)
 	}
 	names := map[string]bool{}
@@ -153,8 +153,8 @@ func TestOpcodes(t *testing.T) {
 			t.Errorf("opcode %d has a response size", op)
 		}
 	}
-	if Opcode(0).String() != "OPCODE_0" || Opcode(21).String() != "OPCODE_21" {
-		t.Errorf("unknown opcode names %q %q", Opcode(0), Opcode(21))
+	if Opcode(0).String() != "OPCODE_0" || Opcode(25).String() != "OPCODE_25" {
+		t.Errorf("unknown opcode names %q %q", Opcode(0), Opcode(25))
 	}
 }
 

@@ -12,9 +12,10 @@ import "fmt"
 //	                                        device writes and the driver
 //	                                        reads (the idle flag of the
 //	                                        wake-up protocol)
-//	[RecordsOffset, +Records*RecordSize)    doorbell records, one per QP and
-//	                                        per CQ, handed out by CREATE_QP
-//	                                        and CREATE_CQ by index
+//	[RecordsOffset, +Records*RecordSize)    doorbell records, one per QP,
+//	                                        CQ and SRQ, handed out by
+//	                                        CREATE_QP, CREATE_CQ and
+//	                                        CREATE_SRQ by index
 //	rest up to Pages*PageSize               unused, zero
 //
 // Pages is a power of two: QEMU puts the shared memory regions in a PCI BAR
@@ -42,8 +43,8 @@ type DoorbellLayout struct {
 	Records       uint32 // number of records
 }
 
-// NewDoorbellLayout sizes the region for limits: one record per QP and
-// per CQ after one device page. hostPageSize is the host's mmap page size
+// NewDoorbellLayout sizes the region for limits: one record per QP, CQ
+// and SRQ after one device page. hostPageSize is the host's mmap page size
 // (a power of two).
 func NewDoorbellLayout(l Limits, hostPageSize uint64) (DoorbellLayout, error) {
 	if err := l.Validate(); err != nil {
@@ -56,7 +57,7 @@ func NewDoorbellLayout(l Limits, hostPageSize uint64) (DoorbellLayout, error) {
 	if ps&(ps-1) != 0 || ps > 1<<30 {
 		return DoorbellLayout{}, fmt.Errorf("page size %d: %w", hostPageSize, ErrBadValue)
 	}
-	records := uint64(l.MaxQP) + uint64(l.MaxCQ) // at most 2^19: no overflow below
+	records := l.DoorbellRecords() // at most 3 * 2^18: no overflow below
 	size := ps + records*DoorbellRecordSize
 	pages := pow2Ceil((size + ps - 1) / ps)
 	d := DoorbellLayout{
@@ -68,6 +69,12 @@ func NewDoorbellLayout(l Limits, hostPageSize uint64) (DoorbellLayout, error) {
 		Records:       uint32(records),
 	}
 	return d, d.Validate()
+}
+
+// DoorbellRecords is how many doorbell records the limits need: QPs
+// first, then CQs, then SRQs (spec §7.3).
+func (l Limits) DoorbellRecords() uint64 {
+	return uint64(l.MaxQP) + uint64(l.MaxCQ) + uint64(l.MaxSRQ)
 }
 
 func pow2Ceil(n uint64) uint64 {
@@ -161,6 +168,16 @@ const (
 	CQDoorbellOffCons   = 0x04
 	CQDoorbellOffArm    = 0x08
 	CQDoorbellOffArmAck = 0x0c
+)
+
+// SRQ doorbell record (one per SRQ, ABI 1.1).
+//
+//	0x00 le32 prod  driver: receive WQEs posted
+//	0x04 le32 cons  device: WQEs taken; the device copied each before it
+//	                stored cons, so their slots may be reused at once
+const (
+	SRQDoorbellOffProd = 0x00
+	SRQDoorbellOffCons = 0x04
 )
 
 // CQArmWord encodes the arm word for sequence number sn and flags.

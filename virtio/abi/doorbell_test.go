@@ -71,9 +71,9 @@ func TestCQArmWord(t *testing.T) {
 }
 
 // TestDoorbellNumbering checks the numbering convention of the spec
-// against a layout: QPN q (2..max_qp+1) has record q-2 and CQN c
-// (1..max_cq) has record max_qp+c-1, and all of them exist and are
-// distinct.
+// against a layout: QPN q (2..max_qp+1) has record q-2, CQN c
+// (1..max_cq) has record max_qp+c-1 and SRQN s (1..max_srq) has record
+// max_qp+max_cq+s-1, and all of them exist and are distinct.
 func TestDoorbellNumbering(t *testing.T) {
 	l := DefaultLimits
 	l.MaxQP, l.MaxCQ = 100, 50
@@ -96,7 +96,14 @@ func TestDoorbellNumbering(t *testing.T) {
 		}
 		seen[off] = true
 	}
-	if _, ok := d.RecordOffset(l.MaxQP + l.MaxCQ); ok {
-		t.Error("a record past the last CQ's exists")
+	for srqn := uint32(1); srqn <= l.MaxSRQ; srqn++ {
+		off, ok := d.RecordOffset(l.MaxQP + l.MaxCQ + srqn - 1)
+		if !ok || seen[off] || off+DoorbellRecordSize > d.Size() {
+			t.Fatalf("srqn %d: record offset %d %v", srqn, off, ok)
+		}
+		seen[off] = true
+	}
+	if _, ok := d.RecordOffset(l.MaxQP + l.MaxCQ + l.MaxSRQ); ok {
+		t.Error("a record past the last SRQ's exists")
 	}
 }

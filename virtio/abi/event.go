@@ -13,7 +13,7 @@ import (
 // in Dropped.
 //
 //	0x00 le32 type (EventType)
-//	0x04 le32 handle (QPN, CQN or port number)
+//	0x04 le32 handle (QPN, CQN, SRQN or port number)
 //	0x08 le32 info (type-specific: the WCStatus that caused a QP error)
 //	0x0c le32 dropped (events lost before this one)
 const EventSize = 16
@@ -45,13 +45,23 @@ const (
 	EventGIDChange EventType = 9
 	// EventDeviceFatal: the device failed; the driver must reset it.
 	EventDeviceFatal EventType = 10
+	// EventSRQLimit: an SRQ with an armed limit fell below it (handle:
+	// SRQN). The limit is disarmed; MODIFY_SRQ re-arms it (ABI 1.1).
+	EventSRQLimit EventType = 11
+	// EventSRQErr: an SRQ's ring broke (a runaway producer index); the
+	// SRQ serves no more receives (handle: SRQN).
+	EventSRQErr EventType = 12
+	// EventQPLastWQE: a QP on an SRQ moved to ERR and has no receive WQE
+	// of the SRQ left in progress (IBV_EVENT_QP_LAST_WQE_REACHED).
+	EventQPLastWQE EventType = 13
 )
 
 var eventNames = map[EventType]string{
 	EventCQComp: "CQ_COMP", EventCQErr: "CQ_ERR", EventQPFatal: "QP_FATAL",
 	EventQPReqErr: "QP_REQ_ERR", EventQPAccessErr: "QP_ACCESS_ERR", EventSQDrained: "SQ_DRAINED",
 	EventPortActive: "PORT_ACTIVE", EventPortErr: "PORT_ERR", EventGIDChange: "GID_CHANGE",
-	EventDeviceFatal: "DEVICE_FATAL",
+	EventDeviceFatal: "DEVICE_FATAL", EventSRQLimit: "SRQ_LIMIT", EventSRQErr: "SRQ_ERR",
+	EventQPLastWQE: "QP_LAST_WQE",
 }
 
 func (t EventType) String() string {

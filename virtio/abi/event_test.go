@@ -30,6 +30,7 @@ func TestEventTypes(t *testing.T) {
 	want := map[EventType]string{
 		1: "CQ_COMP", 2: "CQ_ERR", 3: "QP_FATAL", 4: "QP_REQ_ERR", 5: "QP_ACCESS_ERR",
 		6: "SQ_DRAINED", 7: "PORT_ACTIVE", 8: "PORT_ERR", 9: "GID_CHANGE", 10: "DEVICE_FATAL",
+		11: "SRQ_LIMIT", 12: "SRQ_ERR", 13: "QP_LAST_WQE",
 	}
 	for typ, name := range want {
 		if typ.String() != name {
@@ -39,7 +40,7 @@ func TestEventTypes(t *testing.T) {
 	if len(eventNames) != len(want) {
 		t.Errorf("%d event types, the spec lists %d", len(eventNames), len(want))
 	}
-	if EventType(0).String() != "EventType(0)" || EventType(11).String() != "EventType(11)" {
+	if EventType(0).String() != "EventType(0)" || EventType(14).String() != "EventType(14)" {
 		t.Errorf("unknown event names")
 	}
 }

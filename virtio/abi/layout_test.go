@@ -43,8 +43,8 @@ func TestSizes(t *testing.T) {
 		{"ResponseHeaderSize", ResponseHeaderSize, 8},
 		{"QueryDeviceReqSize", QueryDeviceReqSize, 0},
 		{"DoorbellRecordSize", DoorbellRecordSize, 64},
-		{"ConfigOffReserved", ConfigOffReserved, 0x60},
-		{"attrOffReserved", attrOffReserved, 0x6f},
+		{"ConfigOffReserved", ConfigOffReserved, 0x6c},
+		{"attrOffReserved", attrOffReserved, 0x7c},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
@@ -77,6 +77,9 @@ func testConfig() Config {
 			MaxInlineData: 0x91929394,
 			MaxQPRdAtom:   0x95969798,
 			MaxGID:        0x81828384,
+			MaxSRQ:        0x41424344,
+			MaxSRQWR:      0x45464748,
+			MaxSRQSGE:     0x494a4b4c,
 		},
 		PhysPortCnt: 0x71,
 		Doorbell: DoorbellLayout{
@@ -99,6 +102,7 @@ func TestConfigLayout(t *testing.T) {
 		{0x40, 4, 0x91929394}, {0x44, 4, 0x95969798}, {0x48, 4, 0x81828384},
 		{0x4c, 1, 0x71}, {0x4d, 1, 0x72}, {0x4e, 2, 0x7374},
 		{0x50, 4, 0x61626364}, {0x54, 4, 0x65666768}, {0x58, 4, 0x51525354}, {0x5c, 4, 0x55565758},
+		{0x60, 4, 0x41424344}, {0x64, 4, 0x45464748}, {0x68, 4, 0x494a4b4c},
 	})
 	c := testConfig()
 	got, err := c.MarshalBinary()
@@ -121,7 +125,7 @@ func TestConfigLayout(t *testing.T) {
 		t.Fatalf("AppendBinary clobbered its prefix")
 	}
 	// The reserved tail is device-written: the driver ignores it.
-	got[0x60], got[0xff] = 1, 1
+	got[ConfigOffReserved], got[0xff] = 1, 1
 	if err := back.UnmarshalBinary(got); err != nil || back != c {
 		t.Fatalf("reserved tail not ignored: %v", err)
 	}

@@ -21,6 +21,9 @@ type Limits struct {
 	MaxInlineData uint32 // bytes of inline data per send WQE
 	MaxQPRdAtom   uint32 // outstanding RDMA READ/atomic per QP (as responder and initiator)
 	MaxGID        uint32 // GID table entries per port
+	MaxSRQ        uint32 // shared receive queues
+	MaxSRQWR      uint32 // work requests per SRQ
+	MaxSRQSGE     uint32 // scatter/gather entries per SRQ work request
 	MaxMRSize     uint64 // bytes per memory region
 	PageSizeCap   uint64 // supported MR page sizes, a bit per power of two
 }
@@ -39,13 +42,17 @@ var DefaultLimits = Limits{
 	MaxInlineData: 256,
 	MaxQPRdAtom:   16,
 	MaxGID:        16,
+	MaxSRQ:        1024,
+	MaxSRQWR:      16384,
+	MaxSRQSGE:     16,
 	MaxMRSize:     1 << 40,
 	PageSizeCap:   1<<12 | 1<<21 | 1<<30,
 }
 
 // CeilingLimits are the largest values ABI version 1 allows. They keep
 // handles inside their encodings (QP numbers are 24 bits; MR keys carry a
-// 24-bit index) and bound the doorbell region (one record per QP and CQ).
+// 24-bit index) and bound the doorbell region (one record per QP, CQ and
+// SRQ).
 var CeilingLimits = Limits{
 	MaxQP:         1 << 18,
 	MaxCQ:         1 << 18,
@@ -58,6 +65,9 @@ var CeilingLimits = Limits{
 	MaxInlineData: 1024,
 	MaxQPRdAtom:   255,
 	MaxGID:        256,
+	MaxSRQ:        1 << 18,
+	MaxSRQWR:      1 << 16,
+	MaxSRQSGE:     64,
 	MaxMRSize:     1 << 52,
 	PageSizeCap:   1<<64 - 1,
 }
@@ -81,6 +91,9 @@ func (l Limits) WithDefaults() Limits {
 	pick32(&l.MaxInlineData, d.MaxInlineData)
 	pick32(&l.MaxQPRdAtom, d.MaxQPRdAtom)
 	pick32(&l.MaxGID, d.MaxGID)
+	pick32(&l.MaxSRQ, d.MaxSRQ)
+	pick32(&l.MaxSRQWR, d.MaxSRQWR)
+	pick32(&l.MaxSRQSGE, d.MaxSRQSGE)
 	if l.MaxMRSize == 0 {
 		l.MaxMRSize = d.MaxMRSize
 	}
@@ -111,6 +124,9 @@ func (l Limits) Validate() error {
 	check("max_inline_data", uint64(l.MaxInlineData), uint64(c.MaxInlineData))
 	check("max_qp_rd_atom", uint64(l.MaxQPRdAtom), uint64(c.MaxQPRdAtom))
 	check("max_gid", uint64(l.MaxGID), uint64(c.MaxGID))
+	check("max_srq", uint64(l.MaxSRQ), uint64(c.MaxSRQ))
+	check("max_srq_wr", uint64(l.MaxSRQWR), uint64(c.MaxSRQWR))
+	check("max_srq_sge", uint64(l.MaxSRQSGE), uint64(c.MaxSRQSGE))
 	check("max_mr_size", l.MaxMRSize, c.MaxMRSize)
 	if l.PageSizeCap&(1<<12) == 0 {
 		errs = append(errs, fmt.Errorf("page_size_cap %#x lacks 4 KiB pages: %w", l.PageSizeCap, ErrBadValue))
@@ -130,15 +146,37 @@ func (l Limits) CheckCQEntries(n uint32) error {
 
 // CheckQPCaps checks what a QP is created with (CREATE_QP) against the
 // limits: SQ and RQ sizes are powers of two up to MaxQPWR, SGE counts up
-// to MaxSGE, inline data up to MaxInlineData. The error wraps ErrBadValue.
-func (l Limits) CheckQPCaps(sqSize, rqSize, sendSGE, recvSGE, inline uint32) error {
+// to MaxSGE, inline data up to MaxInlineData. A QP on an SRQ (srq) has no
+// RQ of its own: rqSize and recvSGE are 0. The error wraps ErrBadValue.
+func (l Limits) CheckQPCaps(sqSize, rqSize, sendSGE, recvSGE, inline uint32, srq bool) error {
+	rqOK := isPow2(rqSize) && rqSize <= l.MaxQPWR
+	if srq {
+		rqOK = rqSize == 0 && recvSGE == 0
+	}
 	switch {
-	case !isPow2(sqSize) || sqSize > l.MaxQPWR || !isPow2(rqSize) || rqSize > l.MaxQPWR:
+	case srq && !rqOK:
+		return fmt.Errorf("QP on an SRQ with an RQ of %d WQEs and %d SGEs, want none: %w", rqSize, recvSGE, ErrBadValue)
+	case !isPow2(sqSize) || sqSize > l.MaxQPWR || !rqOK:
 		return fmt.Errorf("SQ of %d / RQ of %d WQEs, want powers of two up to %d: %w", sqSize, rqSize, l.MaxQPWR, ErrBadValue)
 	case sendSGE > l.MaxSGE || recvSGE > l.MaxSGE:
 		return fmt.Errorf("%d send / %d receive SGEs, at most %d: %w", sendSGE, recvSGE, l.MaxSGE, ErrBadValue)
 	case inline > l.MaxInlineData:
 		return fmt.Errorf("%d bytes of inline data, at most %d: %w", inline, l.MaxInlineData, ErrBadValue)
+	}
+	return nil
+}
+
+// CheckSRQCaps checks what an SRQ is created with (CREATE_SRQ): a
+// power-of-two size up to MaxSRQWR, SGEs up to MaxSRQSGE, and a limit
+// below the size. The error wraps ErrBadValue.
+func (l Limits) CheckSRQCaps(size, sge, limit uint32) error {
+	switch {
+	case !isPow2(size) || size > l.MaxSRQWR:
+		return fmt.Errorf("SRQ of %d WQEs, want a power of two up to %d: %w", size, l.MaxSRQWR, ErrBadValue)
+	case sge > l.MaxSRQSGE:
+		return fmt.Errorf("%d SRQ SGEs, at most %d: %w", sge, l.MaxSRQSGE, ErrBadValue)
+	case limit >= size:
+		return fmt.Errorf("SRQ limit %d, want below the size %d: %w", limit, size, ErrBadValue)
 	}
 	return nil
 }

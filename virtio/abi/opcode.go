@@ -30,8 +30,12 @@ const (
 	OpDestroyAH       Opcode = 18 //
 	OpSetDoorbellArea Opcode = 19 // fallback only: register the guest-RAM doorbell area
 	OpResetState      Opcode = 20 // the driver's probe: drop every resource a previous driver left
+	OpCreateSRQ       Opcode = 21 // shared receive queue: ring in guest memory + doorbell record (ABI 1.1)
+	OpModifySRQ       Opcode = 22 // arm the limit event
+	OpQuerySRQ        Opcode = 23 //
+	OpDestroySRQ      Opcode = 24 //
 
-	opLast = OpResetState
+	opLast = OpDestroySRQ
 )
 
 // opInfo describes an opcode: its name and the exact sizes of its request
@@ -63,6 +67,10 @@ var opTable = [...]opInfo{
 	OpDestroyAH:       {"DESTROY_AH", payloadSize(HandleReq{}), 0},
 	OpSetDoorbellArea: {"SET_DOORBELL_AREA", payloadSize(SetDoorbellAreaReq{}), 0},
 	OpResetState:      {"RESET_STATE", 0, 0},
+	OpCreateSRQ:       {"CREATE_SRQ", payloadSize(CreateSRQReq{}), payloadSize(CreateSRQResp{})},
+	OpModifySRQ:       {"MODIFY_SRQ", payloadSize(ModifySRQReq{}), 0},
+	OpQuerySRQ:        {"QUERY_SRQ", payloadSize(HandleReq{}), payloadSize(SRQAttr{})},
+	OpDestroySRQ:      {"DESTROY_SRQ", payloadSize(HandleReq{}), 0},
 }
 
 // Opcodes returns every defined opcode in numeric order.

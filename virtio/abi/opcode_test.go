@@ -35,6 +35,10 @@ var opPayloads = map[Opcode]struct {
 	OpDestroyAH:       {func() any { return new(HandleReq) }, nil, 8, 0},
 	OpSetDoorbellArea: {func() any { return new(SetDoorbellAreaReq) }, nil, 16, 0},
 	OpResetState:      {nil, nil, 0, 0},
+	OpCreateSRQ:       {func() any { return new(CreateSRQReq) }, func() any { return new(CreateSRQResp) }, 24, 16},
+	OpModifySRQ:       {func() any { return new(ModifySRQReq) }, nil, 16, 0},
+	OpQuerySRQ:        {func() any { return new(HandleReq) }, func() any { return new(SRQAttr) }, 8, 16},
+	OpDestroySRQ:      {func() any { return new(HandleReq) }, nil, 8, 0},
 }
 
 // encodedSize is the wire size of a payload value: DeviceAttr has its own

@@ -62,7 +62,11 @@ const (
 	attrOffAtomicCap      = 0x6c // u8
 	attrOffPhysPortCnt    = 0x6d // u8
 	attrOffLocalCAAckDel  = 0x6e // u8
-	attrOffReserved       = 0x6f // reserved to DeviceAttrSize, zero
+	attrOffReserved0      = 0x6f // u8, zero
+	attrOffMaxSRQ         = 0x70 // le32 (ABI 1.1)
+	attrOffMaxSRQWR       = 0x74 // le32
+	attrOffMaxSRQSGE      = 0x78 // le32
+	attrOffReserved       = 0x7c // reserved to DeviceAttrSize, zero
 )
 
 // DeviceAttr is the QUERY_DEVICE response: the ibv_device_attr subset a
@@ -92,6 +96,9 @@ type DeviceAttr struct {
 	AtomicCap       uint8 // Atomic* value
 	PhysPortCnt     uint8
 	LocalCAAckDelay uint8 // 4.096 us * 2^value
+	MaxSRQ          uint32
+	MaxSRQWR        uint32
+	MaxSRQSGE       uint32
 }
 
 // AppendBinary appends the DeviceAttrSize-byte encoding of a to b.
@@ -124,6 +131,9 @@ func (a DeviceAttr) AppendBinary(b []byte) ([]byte, error) {
 	p[attrOffAtomicCap] = a.AtomicCap
 	p[attrOffPhysPortCnt] = a.PhysPortCnt
 	p[attrOffLocalCAAckDel] = a.LocalCAAckDelay
+	le.PutUint32(p[attrOffMaxSRQ:], a.MaxSRQ)
+	le.PutUint32(p[attrOffMaxSRQWR:], a.MaxSRQWR)
+	le.PutUint32(p[attrOffMaxSRQSGE:], a.MaxSRQSGE)
 	return b, nil
 }
 
@@ -164,6 +174,9 @@ func (a *DeviceAttr) UnmarshalBinary(p []byte) error {
 		AtomicCap:       p[attrOffAtomicCap],
 		PhysPortCnt:     p[attrOffPhysPortCnt],
 		LocalCAAckDelay: p[attrOffLocalCAAckDel],
+		MaxSRQ:          le.Uint32(p[attrOffMaxSRQ:]),
+		MaxSRQWR:        le.Uint32(p[attrOffMaxSRQWR:]),
+		MaxSRQSGE:       le.Uint32(p[attrOffMaxSRQSGE:]),
 	}
 	return nil
 }
