@@ -30,6 +30,7 @@ type ObjectCounts struct {
 	PDs  int `json:"pds"`
 	CQs  int `json:"cqs"`
 	QPs  int `json:"qps"`
+	SRQs int `json:"srqs"`
 	MRs  int `json:"mrs"`
 	AHs  int `json:"ahs"`
 	GIDs int `json:"gids"`

@@ -62,7 +62,7 @@ func (s DeviceState) Status() api.DeviceStatus {
 	out.GID = netip.AddrFrom16(m.GID).String()
 	out.Doorbells = m.Doorbells.String()
 	o := m.Objects
-	out.Objects = &api.ObjectCounts{PDs: o.PDs, CQs: o.CQs, QPs: o.QPs, MRs: o.MRs, AHs: o.AHs, GIDs: o.GIDs}
+	out.Objects = &api.ObjectCounts{PDs: o.PDs, CQs: o.CQs, QPs: o.QPs, SRQs: o.SRQs, MRs: o.MRs, AHs: o.AHs, GIDs: o.GIDs}
 	l := m.Limits
 	out.Limits = (*api.Limits)(&l)
 	p := m.Pins

@@ -63,5 +63,8 @@ func (d *Device) deviceAttr() abi.DeviceAttr {
 		AtomicCap:       abi.AtomicGlob,
 		PhysPortCnt:     physPorts,
 		LocalCAAckDelay: localCAAckDelay,
+		MaxSRQ:          l.MaxSRQ,
+		MaxSRQWR:        l.MaxSRQWR,
+		MaxSRQSGE:       l.MaxSRQSGE,
 	}
 }

@@ -154,6 +154,10 @@ var handlers = [...]handler{
 	abi.OpDestroyAH:       (*Device).destroyAH,
 	abi.OpSetDoorbellArea: (*Device).setDoorbellArea,
 	abi.OpResetState:      (*Device).resetStateCmd,
+	abi.OpCreateSRQ:       (*Device).createSRQ,
+	abi.OpModifySRQ:       (*Device).modifySRQ,
+	abi.OpQuerySRQ:        (*Device).querySRQ,
+	abi.OpDestroySRQ:      (*Device).destroySRQ,
 }
 
 // execute runs one well-framed command with the object tables locked.

@@ -42,6 +42,7 @@ func TestQueryDevice(t *testing.T) {
 			MaxInlineData: abi.DefaultLimits.MaxInlineData, AtomicCap: abi.AtomicGlob,
 			DeviceCapFlags: abi.DevCapResizeCQ | abi.DevCapRCRNRNAKGen | abi.DevCapOnDemandPinning,
 			PhysPortCnt:    1, LocalCAAckDelay: 15,
+			MaxSRQ: abi.DefaultLimits.MaxSRQ, MaxSRQWR: abi.DefaultLimits.MaxSRQWR, MaxSRQSGE: abi.DefaultLimits.MaxSRQSGE,
 		}
 		if a != want {
 			t.Fatalf("attr\n got %+v\nwant %+v", a, want)

@@ -111,7 +111,8 @@ func TestCreateQP(t *testing.T) {
 	bad("SQ in the PCI hole", func(r *abi.CreateQPReq) { r.SQAddr = 3 << 30 }, abi.StatusBadAddress)
 	bad("RQ straddles the end of RAM", func(r *abi.CreateQPReq) { r.RQAddr = ram - 64 }, abi.StatusBadAddress)
 	bad("misaligned SQ", func(r *abi.CreateQPReq) { r.SQAddr += 8 }, abi.StatusInvalidArgument)
-	bad("reserved", func(r *abi.CreateQPReq) { r.Reserved1 = 1 }, abi.StatusInvalidArgument)
+	bad("reserved", func(r *abi.CreateQPReq) { r.Reserved0 = 1 }, abi.StatusInvalidArgument)
+	bad("no SRQ", func(r *abi.CreateQPReq) { r.SRQN = 1; r.RQSize, r.MaxRecvSGE, r.RQAddr = 0, 0, 0 }, abi.StatusNotFound)
 	if n := d.Objects().QPs; n != 1 {
 		t.Fatalf("%d QPs after failed creates", n)
 	}

@@ -66,7 +66,7 @@ func TestDeviceShape(t *testing.T) {
 	if len(sh) != 1 || sh[0] != d.DoorbellLayout().Size() || sh[0]%guestmem.PageSize() != 0 {
 		t.Fatalf("shmem regions %v", sh)
 	}
-	if d.DoorbellLayout().Records != 10000+abi.DefaultLimits.MaxCQ {
+	if d.DoorbellLayout().Records != 10000+abi.DefaultLimits.MaxCQ+abi.DefaultLimits.MaxSRQ {
 		t.Errorf("doorbell records %d", d.DoorbellLayout().Records)
 	}
 	if d.Limits().MaxQP != 10000 || d.Limits().MaxCQ != abi.DefaultLimits.MaxCQ {

@@ -105,10 +105,16 @@ func (q *eventQueue) dropCQEvents(cqn uint32) {
 func (q *eventQueue) dropQPEvents(qpn uint32) {
 	q.dropMatching(func(e abi.Event) bool {
 		switch e.Type {
-		case abi.EventQPFatal, abi.EventQPReqErr, abi.EventQPAccessErr, abi.EventSQDrained:
+		case abi.EventQPFatal, abi.EventQPReqErr, abi.EventQPAccessErr, abi.EventSQDrained, abi.EventQPLastWQE:
 			return e.Handle == qpn
 		}
 		return false
+	})
+}
+
+func (q *eventQueue) dropSRQEvents(srqn uint32) {
+	q.dropMatching(func(e abi.Event) bool {
+		return e.Handle == srqn && (e.Type == abi.EventSRQLimit || e.Type == abi.EventSRQErr)
 	})
 }
 

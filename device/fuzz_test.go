@@ -35,6 +35,13 @@ func fuzzSeeds() []struct {
 		{abi.OpModifyQP, p(&abi.ModifyQPReq{QPN: 2, AttrMask: abi.QPAttrState | abi.QPAttrPKeyIndex | abi.QPAttrPort | abi.QPAttrAccessFlags,
 			Attr: abi.QPAttr{State: abi.QPStateInit, Port: 1}})},
 		{abi.OpQueryQP, p(&abi.HandleReq{Handle: 2})},
+		{abi.OpCreateSRQ, p(&abi.CreateSRQReq{PDN: 1, Size: 8, MaxSGE: 1, Limit: 2, RingAddr: 0x85000})},
+		{abi.OpModifySRQ, p(&abi.ModifySRQReq{SRQN: 1, AttrMask: abi.SRQAttrLimit, Limit: 4})},
+		{abi.OpQuerySRQ, p(&abi.HandleReq{Handle: 1})},
+		{abi.OpCreateQP, p(&abi.CreateQPReq{PDN: 1, Type: abi.QPTypeRC, SendCQN: 1, RecvCQN: 1, SQSize: 4, SRQN: 1,
+			MaxSendSGE: 1, SQAddr: 0x86000})},
+		{abi.OpDestroyQP, p(&abi.HandleReq{Handle: 3})},
+		{abi.OpDestroySRQ, p(&abi.HandleReq{Handle: 1})},
 		{abi.OpRegMR, p(&abi.RegMRReq{PDN: 1, Access: abi.AccessLocalWrite, IOVA: 0x1000, Length: 4096, Addr: 0x84000})},
 		{abi.OpCreateAH, p(&abi.CreateAHReq{PDN: 1, AH: abi.AHAttr{DGID: gid, Port: 1}})},
 		{abi.OpDestroyAH, p(&abi.HandleReq{Handle: 1})},
@@ -66,7 +73,7 @@ func FuzzControlCommand(f *testing.F) {
 	f.Add(uint32(abi.OpQueryDevice), []byte(nil), uint16(7), uint8(2))
 	f.Add(uint32(99), []byte(nil), uint16(64), uint8(3))
 
-	limits := abi.Limits{MaxQP: 8, MaxCQ: 8, MaxMR: 8, MaxPD: 8, MaxAH: 8, MaxGID: 4, MaxQPWR: 64, MaxCQE: 256}
+	limits := abi.Limits{MaxQP: 8, MaxCQ: 8, MaxMR: 8, MaxPD: 8, MaxAH: 8, MaxGID: 4, MaxQPWR: 64, MaxCQE: 256, MaxSRQ: 4, MaxSRQWR: 64}
 	d := newDevice(f, Config{Name: "fuzz", Limits: limits})
 	g := newGuest(f, false)
 	activateOn(f, d, allFeatures(d), g.mem)
@@ -130,7 +137,7 @@ func FuzzControlCommand(f *testing.F) {
 			}
 		}
 		o := d.Objects()
-		if o.PDs > 8 || o.CQs > 8 || o.QPs > 8 || o.MRs > 8 || o.AHs > 8 || o.GIDs > 4 {
+		if o.PDs > 8 || o.CQs > 8 || o.QPs > 8 || o.MRs > 8 || o.AHs > 8 || o.GIDs > 4 || o.SRQs > 4 {
 			t.Fatalf("objects %+v beyond the limits", o)
 		}
 	})

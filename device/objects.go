@@ -14,7 +14,7 @@ import (
 
 // pd is a protection domain.
 type pd struct {
-	// users counts the QPs, MRs and AHs in the PD: DEALLOC_PD is refused
+	// users counts the QPs, SRQs, MRs and AHs in the PD: DEALLOC_PD is refused
 	// while any exists.
 	users uint32
 }
@@ -29,6 +29,15 @@ type cq struct {
 // qp is a queue pair; the engine holds its rings and state.
 type qp struct {
 	pdn, sendCQN, recvCQN uint32
+	srqn                  uint32 // 0: the QP has its own RQ
+}
+
+// srq is a shared receive queue; the engine holds its ring.
+type srq struct {
+	pdn uint32
+	// users counts the QPs on the SRQ: DESTROY_SRQ is refused while any
+	// exists.
+	users uint32
 }
 
 // ah is an address handle.
@@ -52,6 +61,7 @@ type objects struct {
 	pds  slots[pd]
 	cqs  slots[cq]
 	qps  slots[qp]
+	srqs slots[srq]
 	ahs  slots[ah]
 	gids []gidEntry // len MaxGID; [0] is the device's
 	// mrExtraSpans is the span budget the live MRs use (see
@@ -83,6 +93,7 @@ func (o *objects) init(l abi.Limits, gid0 abi.GID) {
 	o.pds = newSlots[pd](l.MaxPD)
 	o.cqs = newSlots[cq](l.MaxCQ)
 	o.qps = newSlots[qp](l.MaxQP)
+	o.srqs = newSlots[srq](l.MaxSRQ)
 	o.ahs = newSlots[ah](l.MaxAH)
 	o.gids = make([]gidEntry, l.MaxGID)
 	o.gids[0] = gidEntry{gid: gid0, typ: abi.GIDTypeRoCE2, flags: abi.GIDFlagDevice}
@@ -116,15 +127,20 @@ func pdSlot(pdn uint32) uint32 { return pdn - 1 }
 func cqSlot(cqn uint32) uint32 { return cqn - 1 }
 func qpSlot(qpn uint32) uint32 { return qpn - 2 }
 func ahSlot(ahn uint32) uint32 { return ahn - 1 }
+func srqSlot(n uint32) uint32  { return n - 1 }
 
 func (o *objects) pd(pdn uint32) *pd { return o.pds.get(pdSlot(pdn)) }
 func (o *objects) cq(cqn uint32) *cq { return o.cqs.get(cqSlot(cqn)) }
 func (o *objects) qp(qpn uint32) *qp { return o.qps.get(qpSlot(qpn)) }
 func (o *objects) ah(ahn uint32) *ah { return o.ahs.get(ahSlot(ahn)) }
+func (o *objects) srq(n uint32) *srq { return o.srqs.get(srqSlot(n)) }
 
-// cqDoorbell and qpDoorbell are the doorbell record indices.
+// cqDoorbell, srqDoorbell and qpDoorbell are the doorbell record indices.
 func (d *Device) cqDoorbell(cqn uint32) uint32 { return d.limits.MaxQP + cqSlot(cqn) }
-func qpDoorbell(qpn uint32) uint32             { return qpSlot(qpn) }
+func (d *Device) srqDoorbell(srqn uint32) uint32 {
+	return d.limits.MaxQP + d.limits.MaxCQ + srqSlot(srqn)
+}
+func qpDoorbell(qpn uint32) uint32 { return qpSlot(qpn) }
 
 // resetObjectsLocked drops everything a driver built: QPs and CQs (in
 // the engine), MRs, PDs, AHs, guest GIDs (off the fabric), queued events,
@@ -139,6 +155,7 @@ func (d *Device) resetObjectsLocked() {
 	d.o.pds.clear()
 	d.o.cqs.clear()
 	d.o.qps.clear()
+	d.o.srqs.clear()
 	d.o.ahs.clear()
 	for i := 1; i < len(d.o.gids); i++ {
 		if g := &d.o.gids[i]; g.unregister != nil {
@@ -158,7 +175,7 @@ func (d *Device) resetObjectsLocked() {
 
 // Objects counts a device's live objects.
 type Objects struct {
-	PDs, CQs, QPs, MRs, AHs, GIDs int
+	PDs, CQs, QPs, SRQs, MRs, AHs, GIDs int
 }
 
 // Objects returns the number of live objects of each kind (GIDs include
@@ -168,7 +185,7 @@ func (d *Device) Objects() Objects {
 	defer d.omu.Unlock()
 	n := Objects{
 		PDs: int(d.o.pds.len()), CQs: int(d.o.cqs.len()), QPs: int(d.o.qps.len()),
-		AHs: int(d.o.ahs.len()), MRs: d.mtt.Len(),
+		SRQs: int(d.o.srqs.len()), AHs: int(d.o.ahs.len()), MRs: d.mtt.Len(),
 	}
 	for _, g := range d.o.gids {
 		if g.typ != abi.GIDTypeNone {

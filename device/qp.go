@@ -29,6 +29,18 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 	case rcq == nil:
 		return nil, fail(abi.StatusNotFound, "receive CQ %d", r.RecvCQN)
 	}
+	var s *srq
+	if r.SRQN != 0 {
+		if s, err = d.lookupSRQ(r.SRQN); err != nil {
+			return nil, err
+		}
+		if s.pdn != r.PDN {
+			return nil, fail(abi.StatusPermission, "SRQ %d is in PD %d, the QP in PD %d", r.SRQN, s.pdn, r.PDN)
+		}
+		if r.RQAddr != 0 {
+			return nil, fail(abi.StatusInvalidArgument, "QP on SRQ %d with an RQ address", r.SRQN)
+		}
+	}
 	// Checked before a QPN is handed out (the engine checks again).
 	if err := d.limits.CheckQPCaps(r.SQSize, r.RQSize, r.MaxSendSGE, r.MaxRecvSGE, r.MaxInlineData, r.SRQN != 0); err != nil {
 		return nil, err
@@ -36,7 +48,7 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 	if err := d.needDoorbells(); err != nil {
 		return nil, err
 	}
-	slot, ok := d.o.qps.add(&qp{pdn: r.PDN, sendCQN: r.SendCQN, recvCQN: r.RecvCQN})
+	slot, ok := d.o.qps.add(&qp{pdn: r.PDN, sendCQN: r.SendCQN, recvCQN: r.RecvCQN, srqn: r.SRQN})
 	if !ok {
 		return nil, fail(abi.StatusNoResources, "%d QPs", d.limits.MaxQP)
 	}
@@ -44,7 +56,7 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 	db := qpDoorbell(qpn)
 	err = d.eng.CreateQP(engine.QPSpec{
 		QPN: qpn, PDN: r.PDN, Type: r.Type, SigAll: r.SigAll != 0,
-		SendCQN: r.SendCQN, RecvCQN: r.RecvCQN, Doorbell: db,
+		SendCQN: r.SendCQN, RecvCQN: r.RecvCQN, SRQN: r.SRQN, Doorbell: db,
 		SQSize: r.SQSize, RQSize: r.RQSize,
 		MaxSendSGE: r.MaxSendSGE, MaxRecvSGE: r.MaxRecvSGE, MaxInlineData: r.MaxInlineData,
 		SQAddr: r.SQAddr, RQAddr: r.RQAddr,
@@ -56,12 +68,13 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 	p.users++
 	scq.users++
 	rcq.users++
-	return c.encode(&abi.CreateQPResp{
-		QPN:           qpn,
-		DoorbellIndex: db,
-		SQStride:      abi.SendWQEStride(r.MaxSendSGE, r.MaxInlineData),
-		RQStride:      abi.RecvWQEStride(r.MaxRecvSGE),
-	}), nil
+	resp := abi.CreateQPResp{QPN: qpn, DoorbellIndex: db, SQStride: abi.SendWQEStride(r.MaxSendSGE, r.MaxInlineData)}
+	if s != nil {
+		s.users++
+	} else {
+		resp.RQStride = abi.RecvWQEStride(r.MaxRecvSGE)
+	}
+	return c.encode(&resp), nil
 }
 
 // lookupQP returns the QP a command names.
@@ -136,6 +149,9 @@ func (d *Device) destroyQP(c *cmd, payload []byte) ([]byte, error) {
 	d.o.pd(q.pdn).users--
 	d.o.cq(q.sendCQN).users--
 	d.o.cq(q.recvCQN).users--
+	if q.srqn != 0 {
+		d.o.srq(q.srqn).users--
+	}
 	d.o.qps.remove(qpSlot(r.Handle))
 	return c.out, nil
 }

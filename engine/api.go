@@ -77,8 +77,20 @@ type QPSpec struct {
 	MaxSendSGE    uint32
 	MaxRecvSGE    uint32
 	MaxInlineData uint32
+	SRQN          uint32 // 0: the QP has its own RQ (RQSize, MaxRecvSGE, RQAddr); else they are 0
 	SQAddr        uint64
 	RQAddr        uint64
+}
+
+// SRQSpec describes a shared receive queue to create.
+type SRQSpec struct {
+	SRQN     uint32
+	PDN      uint32
+	Doorbell uint32
+	Size     uint32 // power of two
+	MaxSGE   uint32
+	Limit    uint32 // armed at once when non-zero
+	RingAddr uint64
 }
 
 // Stats are the engine's counters. Sleeps counts the times the engine
@@ -207,6 +219,20 @@ func (e *Engine) ModifyQP(qpn uint32, mask abi.QPAttrMask, attr *abi.QPAttr) err
 
 // QueryQP returns a QP's attributes and capabilities.
 func (e *Engine) QueryQP(qpn uint32) (abi.QueryQPResp, error) { return e.queryQP(qpn) }
+
+// CreateSRQ adds a shared receive queue.
+func (e *Engine) CreateSRQ(s SRQSpec) error { return e.createSRQ(s) }
+
+// ArmSRQLimit arms an SRQ's limit event at limit (0 disarms it). An SRQ
+// already below it gets the event at once.
+func (e *Engine) ArmSRQLimit(srqn, limit uint32) error { return e.armSRQLimit(srqn, limit) }
+
+// QuerySRQ returns an SRQ's attributes.
+func (e *Engine) QuerySRQ(srqn uint32) (abi.SRQAttr, error) { return e.querySRQ(srqn) }
+
+// DestroySRQ removes an SRQ that no QP uses; the WQEs in its ring are
+// dropped without CQEs.
+func (e *Engine) DestroySRQ(srqn uint32) error { return e.destroySRQ(srqn) }
 
 // DestroyQP removes a QP; its outstanding WQEs are dropped without CQEs.
 // After it returns no goroutine touches the QP's rings again.

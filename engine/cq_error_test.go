@@ -74,7 +74,7 @@ func TestCQRecordLostAtStart(t *testing.T) {
 	p.a.Eng.Stop()
 	// Records for the QPs only: the CQs' records (MaxQP + cqn - 1) are
 	// beyond it.
-	small, err := abi.NewDoorbellLayout(abi.Limits{MaxQP: 8, MaxCQ: 8}.WithDefaults(), guestmem.PageSize())
+	small, err := abi.NewDoorbellLayout(abi.Limits{MaxQP: 8, MaxCQ: 8, MaxSRQ: 1}.WithDefaults(), guestmem.PageSize())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,10 +41,11 @@ type Engine struct {
 	mu   sync.Mutex
 	gate sync.RWMutex
 
-	// Object tables, indexed by qpn-2 and cqn-1. Writers hold mu; the data
+	// Object tables, indexed by qpn-2, cqn-1 and srqn-1. Writers hold mu; the data
 	// path loads without locks.
 	qps  []atomic.Pointer[qp]
 	cqs  []atomic.Pointer[cq]
+	srqs []atomic.Pointer[srq]
 	live atomic.Pointer[[]*qp] // every QP, for the engine's scan (copy-on-write under mu)
 	// dbUsed maps doorbell record indices to their owner (guarded by mu),
 	// so two objects never share a record.
@@ -109,6 +110,9 @@ func newEngine(cfg Config) *Engine {
 	if lim.MaxCQ > abi.CeilingLimits.MaxCQ {
 		lim.MaxCQ = abi.CeilingLimits.MaxCQ
 	}
+	if lim.MaxSRQ > abi.CeilingLimits.MaxSRQ {
+		lim.MaxSRQ = abi.CeilingLimits.MaxSRQ
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
@@ -119,6 +123,7 @@ func newEngine(cfg Config) *Engine {
 		limits: lim,
 		qps:    make([]atomic.Pointer[qp], lim.MaxQP),
 		cqs:    make([]atomic.Pointer[cq], lim.MaxCQ),
+		srqs:   make([]atomic.Pointer[srq], lim.MaxSRQ),
 		dbUsed: map[uint32]bool{},
 		wakeCh: make(chan struct{}, 1),
 		epoch:  time.Now(),

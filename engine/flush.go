@@ -41,7 +41,34 @@ func (e *Engine) flushQP(q *qp) (work bool) {
 		e.push(q, q.scq, &cqe, false)
 		work = true
 	}
-	if e.flushRQ(q) {
+	if q.srq != nil {
+		if e.flushSRQRecvs(q) {
+			work = true
+		}
+	} else if e.flushRQ(q) {
+		work = true
+	}
+	return work
+}
+
+// flushSRQRecvs flushes the receives q took from its SRQ and has in
+// progress (streamed requests begun and not committed), never the SRQ's
+// ring: that serves the SRQ's other QPs. Then it sends QP_LAST_WQE, once
+// per stay in ERR. Responders hold rmu while they own a taken WQE.
+func (e *Engine) flushSRQRecvs(q *qp) (work bool) {
+	q.rmu.Lock()
+	defer q.rmu.Unlock()
+	for in := q.open; in != nil; in = in.next {
+		if !in.srqTaken {
+			continue
+		}
+		in.srqTaken = false
+		e.push(q, q.rcq, &abi.CQE{WRID: in.wrid, Status: abi.WCWRFlushErr, Opcode: abi.WCRecv, QPN: q.qpn}, false)
+		work = true
+	}
+	if !q.lastWQE {
+		q.lastWQE = true
+		e.event(abi.EventQPLastWQE, q.qpn, 0)
 		work = true
 	}
 	return work

@@ -43,6 +43,7 @@ func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.
 	// killing the daemon.
 	err = touchGuest("start: doorbell region", func() {
 		e.forEachCQ(e.bindCQRecord)
+		e.forEachSRQ(e.bindSRQRecord)
 		for _, q := range *e.live.Load() {
 			e.bindQPRecord(q)
 		}
@@ -69,6 +70,7 @@ func (e *Engine) unbindRegion() {
 	e.memGen++
 	e.db, e.page = guestmem.View{}, guestmem.View{}
 	e.forEachCQ(func(c *cq) { c.rec, c.recOK = guestmem.View{}, false })
+	e.forEachSRQ(func(s *srq) { s.rec, s.recOK = guestmem.View{}, false })
 	for _, q := range *e.live.Load() {
 		q.rec, q.recOK = guestmem.View{}, false
 	}
@@ -134,9 +136,14 @@ func (e *Engine) rebindMemory(mem *guestmem.Table) {
 			e.repinRing(&c.ringPins, "cq ring", c.addr, uint64(c.entries)*abi.CQESize)
 		}
 	})
+	e.forEachSRQ(e.rebindSRQ)
 	for _, q := range *e.live.Load() {
 		sq, err1 := e.translateRing("send queue", q.sqAddr, uint64(q.sqSize)*uint64(q.sqStride))
-		rq, err2 := e.translateRing("receive queue", q.rqAddr, uint64(q.rqSize)*uint64(q.rqStride))
+		var rq guestmem.View
+		var err2 error
+		if q.srq == nil {
+			rq, err2 = e.translateRing("receive queue", q.rqAddr, uint64(q.rqSize)*uint64(q.rqStride))
+		}
 		q.sq, q.rq, q.ringsOK = sq, rq, err1 == nil && err2 == nil
 		q.ringPins.Release()
 		if !q.ringsOK {
@@ -145,7 +152,9 @@ func (e *Engine) rebindMemory(mem *guestmem.Table) {
 			continue
 		}
 		e.repinRing(&q.ringPins, "send queue", q.sqAddr, uint64(q.sqSize)*uint64(q.sqStride))
-		e.repinRing(&q.ringPins, "receive queue", q.rqAddr, uint64(q.rqSize)*uint64(q.rqStride))
+		if q.srq == nil {
+			e.repinRing(&q.ringPins, "receive queue", q.rqAddr, uint64(q.rqSize)*uint64(q.rqStride))
+		}
 	}
 }
 
@@ -170,11 +179,15 @@ func (e *Engine) reset() {
 		q.dropIncomings()
 	}
 	e.forEachCQ(func(c *cq) { c.ringPins.Release() })
+	e.forEachSRQ(func(s *srq) { s.ringPins.Release() })
 	for i := range e.qps {
 		e.qps[i].Store(nil)
 	}
 	for i := range e.cqs {
 		e.cqs[i].Store(nil)
+	}
+	for i := range e.srqs {
+		e.srqs[i].Store(nil)
 	}
 	e.publishLive()
 	clear(e.dbUsed)

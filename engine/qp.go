@@ -30,6 +30,7 @@ type qp struct {
 	sqStride, rqStride uint32
 	scratch            *guestmem.Mapping // host memory for the WQE copy (and inline payload)
 	wqeBuf             guestmem.View     // scratch, sqStride bytes
+	srq                *srq              // where receives come from; nil: the RQ
 
 	// Rings and doorbell record: rebound with Engine.gate exclusive, read
 	// by the data path under gate shared.
@@ -71,9 +72,14 @@ type qp struct {
 	// several goroutines, and the engine goroutine flushes the RQ.
 	rmu    sync.Mutex
 	rqCons uint32
-	rbuf   []byte          // copy of the receive WQE being consumed
-	rviews []guestmem.View // receive buffers
-	tviews []guestmem.View // responder-side MR views
+	rbuf   []byte // copy of the receive WQE being consumed
+	// srqHeld: rbuf holds a WQE taken from the SRQ for the request being
+	// responded to, to be given back unless it completes.
+	srqHeld bool
+	// lastWQE: QP_LAST_WQE was sent for this stay in ERR (a QP on an SRQ).
+	lastWQE bool
+	rviews  []guestmem.View // receive buffers
+	tviews  []guestmem.View // responder-side MR views
 	// rspHold holds the pins of the request being responded to (rmu).
 	rspHold pvdma.Hold
 	// open lists the streamed requests begun on this QP and not yet
@@ -109,6 +115,14 @@ func (q *qp) Complete(_ *fabric.Request, o fabric.Outcome) {
 }
 
 func (q *qp) getState() abi.QPState { return abi.QPState(q.state.Load()) }
+
+// srqn is the number of q's SRQ, 0 if it has its own RQ.
+func (q *qp) srqn() uint32 {
+	if q.srq == nil {
+		return 0
+	}
+	return q.srq.srqn
+}
 
 // setHead records whether the WQE at sqCons has been taken, and publishes
 // it for the control path.
@@ -161,8 +175,19 @@ func (e *Engine) createQP(s QPSpec) error {
 	case s.PDN == 0:
 		return statusErr(abi.StatusInvalidArgument, "qp %d: pd 0", s.QPN)
 	}
-	if err := l.CheckQPCaps(s.SQSize, s.RQSize, s.MaxSendSGE, s.MaxRecvSGE, s.MaxInlineData, false); err != nil {
+	if err := l.CheckQPCaps(s.SQSize, s.RQSize, s.MaxSendSGE, s.MaxRecvSGE, s.MaxInlineData, s.SRQN != 0); err != nil {
 		return wrapStatus(err, "qp %d", s.QPN)
+	}
+	var sr *srq
+	if s.SRQN != 0 {
+		switch sr = e.lookupSRQ(s.SRQN); {
+		case sr == nil:
+			return statusErr(abi.StatusNotFound, "qp %d: srq %d", s.QPN, s.SRQN)
+		case sr.pdn != s.PDN:
+			return statusErr(abi.StatusPermission, "qp %d in pd %d: srq %d is in pd %d", s.QPN, s.PDN, s.SRQN, sr.pdn)
+		case s.RQAddr != 0:
+			return statusErr(abi.StatusInvalidArgument, "qp %d on srq %d with an RQ at %#x", s.QPN, s.SRQN, s.RQAddr)
+		}
 	}
 	scq, rcq := e.lookupCQ(s.SendCQN), e.lookupCQ(s.RecvCQN)
 	if scq == nil || rcq == nil {
@@ -181,9 +206,11 @@ func (e *Engine) createQP(s QPSpec) error {
 	if err != nil {
 		return err
 	}
-	rq, err := e.checkRing("receive queue", s.RQAddr, s.RQSize, rqStride)
-	if err != nil {
-		return err
+	var rq guestmem.View
+	if sr == nil {
+		if rq, err = e.checkRing("receive queue", s.RQAddr, s.RQSize, rqStride); err != nil {
+			return err
+		}
 	}
 	// The WQE is copied into engine-owned host memory before it is
 	// decoded; an anonymous mapping (not the Go heap) so that an inline
@@ -192,8 +219,13 @@ func (e *Engine) createQP(s QPSpec) error {
 	if err := e.pinRing(&ringPins, "send queue", s.SQAddr, uint64(s.SQSize)*uint64(sqStride)); err != nil {
 		return err
 	}
-	if err := e.pinRing(&ringPins, "receive queue", s.RQAddr, uint64(s.RQSize)*uint64(rqStride)); err != nil {
-		return err
+	rbuf := rqStride
+	if sr == nil {
+		if err := e.pinRing(&ringPins, "receive queue", s.RQAddr, uint64(s.RQSize)*uint64(rqStride)); err != nil {
+			return err
+		}
+	} else {
+		rbuf = sr.stride // a WQE taken from the SRQ is copied here
 	}
 	scratch, err := guestmem.MapAnonymous(uint64(sqStride))
 	if err != nil {
@@ -204,9 +236,9 @@ func (e *Engine) createQP(s QPSpec) error {
 		e: e, qpn: s.QPN, pdn: s.PDN, sigAll: s.SigAll, scq: scq, rcq: rcq, dbIndex: s.Doorbell,
 		sqSize: s.SQSize, rqSize: s.RQSize, maxSendSGE: s.MaxSendSGE, maxRecvSGE: s.MaxRecvSGE,
 		maxInline: s.MaxInlineData, sqAddr: s.SQAddr, rqAddr: s.RQAddr, sqStride: sqStride, rqStride: rqStride,
-		scratch: scratch, wqeBuf: scratch.View(), sq: sq, rq: rq, ringsOK: true,
+		scratch: scratch, wqeBuf: scratch.View(), sq: sq, rq: rq, ringsOK: true, srq: sr,
 		views:    make([]guestmem.View, 0, s.MaxSendSGE+4),
-		rbuf:     make([]byte, rqStride),
+		rbuf:     make([]byte, rbuf),
 		rviews:   make([]guestmem.View, 0, s.MaxRecvSGE+4),
 		tviews:   make([]guestmem.View, 0, 4),
 		ringPins: ringPins,
@@ -221,6 +253,9 @@ func (e *Engine) createQP(s QPSpec) error {
 	}
 	scq.refs++
 	rcq.refs++
+	if sr != nil {
+		sr.refs++
+	}
 	e.dbUsed[s.Doorbell] = true
 	e.qps[s.QPN-2].Store(q)
 	e.publishLive()
@@ -411,6 +446,7 @@ func (e *Engine) resetQP(q *qp) {
 	q.state.Store(uint32(abi.QPStateReset))
 	q.attr.Store(&abi.QPAttr{})
 	q.sqCons, q.rqCons, q.waitUntil = 0, 0, 0
+	q.lastWQE = false
 	q.setHead(false)
 	q.sqdNotify.Store(false)
 	// An outcome no pass picked up yet (an asynchronous fabric completed
@@ -474,7 +510,7 @@ func (e *Engine) queryQP(qpn uint32) (abi.QueryQPResp, error) {
 	return abi.QueryQPResp{Attr: a, Cap: abi.QPCap{
 		PDN: q.pdn, SendCQN: q.scq.cqn, RecvCQN: q.rcq.cqn, SQSize: q.sqSize, RQSize: q.rqSize,
 		MaxSendSGE: q.maxSendSGE, MaxRecvSGE: q.maxRecvSGE, MaxInlineData: q.maxInline,
-		Type: abi.QPTypeRC, SigAll: sigAll,
+		Type: abi.QPTypeRC, SigAll: sigAll, SRQN: q.srqn(),
 	}}, nil
 }
 
@@ -496,6 +532,9 @@ func (e *Engine) destroyQP(qpn uint32) error {
 	// Past the gate no pass and no responder holds q any more.
 	q.scq.refs--
 	q.rcq.refs--
+	if q.srq != nil {
+		q.srq.refs--
+	}
 	delete(e.dbUsed, q.dbIndex)
 	e.release(q)
 	return nil

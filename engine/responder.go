@@ -62,6 +62,7 @@ func (e *Engine) respondOn(q *qp, a *abi.QPAttr, req *fabric.Request) (out fabri
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
 	defer q.rspHold.Release() // the pins this request's DMA took
+	defer q.giveBackHeld()    // a receive taken from the SRQ and not completed
 	defer func() {
 		if out == fabric.OutcomeRNR {
 			// The RNR NAK carries the responder's timer, as in IB.
@@ -174,9 +175,23 @@ func (e *Engine) respSend(q *qp, req *fabric.Request) fabric.Outcome {
 }
 
 // takeRecv copies the next receive WQE into q.rbuf and decodes it,
-// without consuming it. No WQE: RNR. A malformed one completes with
-// LOC_QP_OP_ERR and the QP goes to ERR. Caller holds rmu.
+// without consuming it (from an SRQ: taken, and given back unless it
+// completes). No WQE: RNR. A malformed one completes with LOC_QP_OP_ERR
+// and the QP goes to ERR. Caller holds rmu.
 func (e *Engine) takeRecv(q *qp) (abi.RecvWQE, fabric.Outcome, bool) {
+	if q.srq != nil {
+		if o := e.takeFromSRQ(q, q.rbuf); o != fabric.OutcomeOK {
+			return abi.RecvWQE{}, o, false
+		}
+		q.srqHeld = true
+		rw, err := abi.DecodeRecvWQE(q.rbuf, q.srq.maxSGE)
+		if err != nil {
+			e.badRecvWQE(q, err)
+			e.failRecv(q, rw.WRID, abi.WCLocQPOpErr, nil)
+			return abi.RecvWQE{}, fabric.OutcomeRemoteOp, false
+		}
+		return rw, fabric.OutcomeOK, true
+	}
 	prod := q.rec.LoadUint32Acquire(abi.QPDoorbellOffRQProd)
 	if prod == q.rqCons {
 		return abi.RecvWQE{}, fabric.OutcomeRNR, false
@@ -188,33 +203,72 @@ func (e *Engine) takeRecv(q *qp) (abi.RecvWQE, fabric.Outcome, bool) {
 	copyEntry(q.rbuf, q.rq, q.rqCons, q.rqSize, q.rqStride)
 	rw, err := abi.DecodeRecvWQE(q.rbuf, q.maxRecvSGE)
 	if err != nil {
-		e.st.badWQEs.Add(1)
-		e.log.Debug("bad receive WQE", "qpn", q.qpn, "index", q.rqCons, "err", err)
+		e.badRecvWQE(q, err)
 		e.failRecv(q, rw.WRID, abi.WCLocQPOpErr, nil) // the decoder fills wr_id even so
 		return abi.RecvWQE{}, fabric.OutcomeRemoteOp, false
 	}
 	return rw, fabric.OutcomeOK, true
 }
 
-// completeRecv consumes the receive WQE at rq_cons with a successful CQE
-// for a request from srcQPN: rq_cons first, as retire does. Caller holds
-// rmu.
+// badRecvWQE counts and logs a malformed receive WQE. Caller holds rmu.
+func (e *Engine) badRecvWQE(q *qp, err error) {
+	e.st.badWQEs.Add(1)
+	e.log.Debug("bad receive WQE", "qpn", q.qpn, "srqn", q.srqn(), "rq_cons", q.rqCons, "err", err)
+}
+
+// takeFromSRQ takes the next WQE of q's SRQ into dst. Empty: RNR. An SRQ
+// in error fails q as a runaway rq_prod would, and the requester gets
+// REM_OP_ERR.
+func (e *Engine) takeFromSRQ(q *qp, dst []byte) fabric.Outcome {
+	switch e.take(q.srq, dst) {
+	case srqEmpty:
+		return fabric.OutcomeRNR
+	case srqBroken:
+		e.st.badWQEs.Add(1)
+		e.qpFailed(q, abi.WCLocQPOpErr)
+		return fabric.OutcomeRemoteOp
+	}
+	return fabric.OutcomeOK
+}
+
+// giveBackHeld returns the WQE q took from its SRQ for the request being
+// responded to, if that request completed nothing. Caller holds rmu.
+func (q *qp) giveBackHeld() {
+	if q.srqHeld {
+		q.srq.giveBack(q.rbuf)
+		q.srqHeld = false
+	}
+}
+
+// completeRecv consumes the receive WQE being completed (consumeRecv)
+// with a successful CQE for a request from srcQPN: rq_cons first, as
+// retire does. Caller holds rmu.
 func (e *Engine) completeRecv(q *qp, cqe *abi.CQE, srcQPN uint32, solicited bool) {
 	cqe.QPN, cqe.SrcQP = q.qpn, srcQPN
-	q.rqCons++
-	q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
+	e.consumeRecv(q)
 	e.push(q, q.rcq, cqe, solicited)
 }
 
-// failRecv consumes the receive WQE at rq_cons with an error CQE and moves
-// the QP to ERR. Caller holds rmu.
+// consumeRecv retires the receive WQE being completed: the one at
+// rq_cons, or the one taken from the SRQ (whose slot is free already).
+// Caller holds rmu.
+func (e *Engine) consumeRecv(q *qp) {
+	if q.srq != nil {
+		q.srqHeld = false
+		return
+	}
+	q.rqCons++
+	q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
+}
+
+// failRecv consumes the receive WQE being completed (consumeRecv) with an
+// error CQE and moves the QP to ERR. Caller holds rmu.
 func (e *Engine) failRecv(q *qp, wrid uint64, st abi.WCStatus, req *fabric.Request) {
 	cqe := abi.CQE{WRID: wrid, Status: st, Opcode: abi.WCRecv, QPN: q.qpn}
 	if req != nil {
 		cqe.SrcQP = req.Src.QPN
 	}
-	q.rqCons++
-	q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
+	e.consumeRecv(q)
 	e.push(q, q.rcq, &cqe, true)
 	e.qpFailed(q, st)
 }

@@ -66,7 +66,7 @@ func (e *Engine) pinRing(h *pvdma.Hold, what string, gpa, size uint64) error {
 // the layout the limits imply (and the bound layout when running), and not
 // used by another object. Caller holds mu.
 func (e *Engine) checkDoorbell(idx uint32) error {
-	max := uint64(e.limits.MaxQP) + uint64(e.limits.MaxCQ)
+	max := e.limits.DoorbellRecords()
 	if e.running && uint64(e.layout.Records) < max {
 		max = uint64(e.layout.Records)
 	}

@@ -54,6 +54,12 @@ type incoming struct {
 	// WRITE_IMM consumes at Commit.
 	recvIdx uint32
 	wrid    uint64
+	// On a QP with an SRQ the WQE is taken at Begin: wqe is its copy and
+	// srqTaken says this request still owns it (given back at Release
+	// unless committed or flushed). srqTaken is guarded by the QP's rmu
+	// once in is listed: a flush of the QP may take the WQE over.
+	wqe      []byte
+	srqTaken bool
 
 	// views are the target (the MR range of WRITE*, READ and atomics, the
 	// receive buffers of SEND*), pinned by hold until Release.
@@ -99,8 +105,8 @@ func (e *Engine) getIncoming() *incoming {
 func (e *Engine) putIncoming(in *incoming) {
 	views := in.views[:0]
 	clear(in.views) // no view of guest memory outlives the request
-	hold := in.hold
-	*in = incoming{e: e, views: views, hold: hold, released: true}
+	hold, wqe := in.hold, in.wqe
+	*in = incoming{e: e, views: views, hold: hold, wqe: wqe, released: true}
 	e.inMu.Lock()
 	if len(e.inFree) < maxFreeIncomings {
 		e.inFree = append(e.inFree, in)
@@ -149,6 +155,10 @@ func (e *Engine) begin(req *fabric.Request) (_ fabric.Incoming, out fabric.Outco
 		if out == fabric.OutcomeRNR {
 			req.RNRTimer, req.HasRNRTimer = a.MinRNRTimer, true
 		}
+		if in.srqTaken { // refused after the take (the target's key, say)
+			q.srq.giveBack(in.wqe)
+			in.srqTaken = false
+		}
 		in.hold.Release()
 		e.putIncoming(in)
 		return nil, out
@@ -176,7 +186,7 @@ func (e *Engine) prepare(in *incoming, q *qp, a *abi.QPAttr, req *fabric.Request
 			return fabric.OutcomeRemoteAccess
 		}
 		if req.Op == fabric.OpWriteImm {
-			if o := e.peekRecv(q, in, req.RecvAhead, false); o != fabric.OutcomeOK {
+			if o := e.beginRecv(q, in, req.RecvAhead, false); o != fabric.OutcomeOK {
 				return o
 			}
 		}
@@ -185,7 +195,7 @@ func (e *Engine) prepare(in *incoming, q *qp, a *abi.QPAttr, req *fabric.Request
 		}
 		return e.translateIncoming(in, q, req, abi.AccessRemoteWrite, req.Len)
 	case fabric.OpSend, fabric.OpSendImm:
-		return e.peekRecv(q, in, req.RecvAhead, true)
+		return e.beginRecv(q, in, req.RecvAhead, true)
 	case fabric.OpRead:
 		if a.AccessFlags&abi.AccessRemoteRead == 0 {
 			return fabric.OutcomeRemoteAccess
@@ -228,6 +238,62 @@ func (e *Engine) translateIncoming(in *incoming, q *qp, req *fabric.Request, nee
 		return fabric.OutcomeRemoteAccess
 	}
 	return fabric.OutcomeOK
+}
+
+// beginRecv finds the receive WQE a request will consume: from q's RQ
+// (peekRecv) or its SRQ (takeRecvSRQ).
+func (e *Engine) beginRecv(q *qp, in *incoming, ahead uint32, buffers bool) fabric.Outcome {
+	if q.srq != nil {
+		return e.takeRecvSRQ(q, in, buffers)
+	}
+	return e.peekRecv(q, in, ahead, buffers)
+}
+
+// takeRecvSRQ takes the next WQE of q's SRQ for in (the SRQ serves its
+// QPs in the order their requests begin, so an RQ's "ahead" has no
+// meaning here) and, for a SEND (buffers), translates its SGEs into
+// in.views. Empty: RNR. Unlike a WQE of an RQ, a taken WQE that is
+// malformed, names bad buffers or is too small is not left for the next
+// request (it would fail every QP on the SRQ in turn): it completes in
+// error on q, which goes to ERR, as on the local fabric.
+func (e *Engine) takeRecvSRQ(q *qp, in *incoming, buffers bool) fabric.Outcome {
+	if cap(in.wqe) < int(q.srq.stride) {
+		in.wqe = make([]byte, q.srq.stride)
+	}
+	in.wqe = in.wqe[:q.srq.stride]
+	if o := e.takeFromSRQ(q, in.wqe); o != fabric.OutcomeOK {
+		return o
+	}
+	rw, err := abi.DecodeRecvWQE(in.wqe, q.srq.maxSGE)
+	if err != nil {
+		e.badRecvWQE(q, err)
+		e.failTakenRecv(q, rw.WRID, abi.WCLocQPOpErr, in.srcQPN)
+		return fabric.OutcomeRemoteOp
+	}
+	in.wrid, in.srqTaken = rw.WRID, true
+	if !buffers {
+		return fabric.OutcomeOK
+	}
+	dst, total, st := gatherSGEs(e.cfg.MTT, &in.hold, in.views[:0], in.wqe[abi.RecvWQEHeaderSize:], int(rw.NumSGE), q.pdn, abi.AccessLocalWrite)
+	in.views = dst
+	switch {
+	case st != abi.WCSuccess:
+		in.srqTaken = false
+		e.failTakenRecv(q, rw.WRID, st, in.srcQPN)
+		return fabric.OutcomeRemoteOp
+	case total < in.len:
+		in.srqTaken = false
+		e.failTakenRecv(q, rw.WRID, abi.WCLocLenErr, in.srcQPN)
+		return fabric.OutcomeInvalidRequest
+	}
+	return fabric.OutcomeOK
+}
+
+// failTakenRecv completes a WQE taken from q's SRQ with error status st
+// and moves q to ERR.
+func (e *Engine) failTakenRecv(q *qp, wrid uint64, st abi.WCStatus, srcQPN uint32) {
+	e.push(q, q.rcq, &abi.CQE{WRID: wrid, Status: st, Opcode: abi.WCRecv, QPN: q.qpn, SrcQP: srcQPN}, true)
+	e.qpFailed(q, st)
 }
 
 // peekRecv finds the receive WQE ahead entries past rq_cons without
@@ -361,26 +427,40 @@ func (in *incoming) commit() fabric.Outcome {
 }
 
 // commitRecv consumes the receive WQE Begin found, which must be at
-// rq_cons by now, with a successful CQE.
+// rq_cons by now (or taken from the SRQ and still this request's), with a
+// successful CQE.
 func (e *Engine) commitRecv(in *incoming) fabric.Outcome {
 	q := in.q
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
+	if q.srq != nil {
+		if !q.serving() || !in.srqTaken {
+			return fabric.OutcomeRemoteOp // flushed, or given back at Release
+		}
+		in.srqTaken = false
+		e.push(q, q.rcq, in.recvCQE(), in.solicited)
+		return fabric.OutcomeOK
+	}
 	if !q.serving() || q.rqCons != in.recvIdx {
 		// The QP failed (its receives are being flushed) or the fabric
 		// committed out of order: the WQE is not ours to take.
 		e.log.Debug("receive WQE no longer next", "qpn", q.qpn, "index", in.recvIdx, "rq_cons", q.rqCons)
 		return fabric.OutcomeRemoteOp
 	}
-	cqe := abi.CQE{WRID: in.wrid, Opcode: abi.WCRecv, ByteLen: uint32(in.len)}
+	e.completeRecv(q, in.recvCQE(), in.srcQPN, in.solicited)
+	return fabric.OutcomeOK
+}
+
+// recvCQE is the successful receive completion of in.
+func (in *incoming) recvCQE() *abi.CQE {
+	cqe := &abi.CQE{WRID: in.wrid, Opcode: abi.WCRecv, ByteLen: uint32(in.len), QPN: in.q.qpn, SrcQP: in.srcQPN}
 	switch in.op {
 	case fabric.OpWriteImm:
 		cqe.Opcode, cqe.Flags, cqe.Imm = abi.WCRecvRDMAWithImm, abi.WCWithImm, in.imm
 	case fabric.OpSendImm:
 		cqe.Flags, cqe.Imm = abi.WCWithImm, in.imm
 	}
-	e.completeRecv(q, &cqe, in.srcQPN, in.solicited)
-	return fabric.OutcomeOK
+	return cqe
 }
 
 // Value implements fabric.Incoming.
@@ -413,9 +493,15 @@ func (in *incoming) Release() {
 	}
 	in.released = true
 	if in.listed {
-		in.q.rmu.Lock()
-		in.q.unlink(in)
-		in.q.rmu.Unlock()
+		q := in.q
+		q.rmu.Lock()
+		q.unlink(in)
+		if in.srqTaken {
+			// Uncommitted: the WQE goes back for the next request.
+			q.srq.giveBack(in.wqe)
+			in.srqTaken = false
+		}
+		q.rmu.Unlock()
 	}
 	in.hold.Release()
 	if in.op != fabric.OpRead {
@@ -484,6 +570,10 @@ func (q *qp) unlink(in *incoming) {
 func (q *qp) dropIncomings() {
 	for in := q.open; in != nil; {
 		next := in.next
+		if in.srqTaken {
+			q.srq.giveBack(in.wqe)
+			in.srqTaken = false
+		}
 		in.hold.Release()
 		in.prev, in.next, in.listed = nil, nil, false
 		in = next

@@ -149,7 +149,7 @@ func (c *cli) show(ctx context.Context, name string) error {
 		kv.add("gid", gidIB(s.GID))
 		kv.add("doorbells", s.Doorbells)
 		o := s.Objects
-		kv.add("objects", fmt.Sprintf("%d PDs, %d CQs, %d QPs, %d MRs, %d AHs, %d GIDs", o.PDs, o.CQs, o.QPs, o.MRs, o.AHs, o.GIDs))
+		kv.add("objects", fmt.Sprintf("%d PDs, %d CQs, %d QPs, %d SRQs, %d MRs, %d AHs, %d GIDs", o.PDs, o.CQs, o.QPs, o.SRQs, o.MRs, o.AHs, o.GIDs))
 		m := s.Memory
 		budget := "host's only"
 		if m.BudgetBytes != 0 {

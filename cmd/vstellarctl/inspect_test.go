@@ -54,7 +54,7 @@ func TestCtlInspectsRealDevice(t *testing.T) {
 	sock := h.API()
 
 	code, out, errOut := ctl(t, sock, "devices", "show", "vm0")
-	for _, want := range []string{"connected:", "yes", "1 PDs, 1 CQs, 1 QPs, 1 MRs", "mode on-demand", "control commands:"} {
+	for _, want := range []string{"connected:", "yes", "1 PDs, 1 CQs, 1 QPs, 0 SRQs, 1 MRs", "mode on-demand", "control commands:"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("show: %d lacks %q:\n%s%s", code, want, out, errOut)
 		}

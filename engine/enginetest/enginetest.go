@@ -29,7 +29,7 @@ const RAMBase = 0x10_0000
 
 // Limits are small device limits for tests.
 var Limits = abi.Limits{MaxQP: 64, MaxCQ: 64, MaxMR: 256, MaxPD: 16, MaxAH: 16, MaxQPWR: 1024,
-	MaxCQE: 4096, MaxSGE: 8, MaxInlineData: 128, MaxQPRdAtom: 4, MaxGID: 4}.WithDefaults()
+	MaxCQE: 4096, MaxSGE: 8, MaxInlineData: 128, MaxQPRdAtom: 4, MaxGID: 4, MaxSRQ: 16}.WithDefaults()
 
 // Options configure a guest.
 type Options struct {
@@ -61,10 +61,11 @@ type Guest struct {
 
 	dbv, ram guestmem.View // cached: Mapping.View takes a lock
 
-	next    uint64
-	nextQPN uint32
-	nextCQN uint32
-	unreg   func()
+	next     uint64
+	nextQPN  uint32
+	nextCQN  uint32
+	nextSRQN uint32
+	unreg    func()
 }
 
 // NewGuest creates a guest, starts its engine and registers it with fab
@@ -334,7 +335,70 @@ func (c *CQ) Arm(flags uint32) {
 type QPOpts struct {
 	SQSize, RQSize, MaxSendSGE, MaxRecvSGE, MaxInline uint32
 	SigAll                                            bool
+	// SRQ, if set, is where the QP's receives come from (it has no RQ).
+	SRQ *SRQ
 }
+
+// SRQ is the driver's view of a shared receive queue.
+type SRQ struct {
+	g            *Guest
+	rec          guestmem.View
+	SRQN, PD, DB uint32
+	Ring         uint64
+	Size, MaxSGE uint32
+	Stride       uint32
+	Prod         uint32
+}
+
+// CreateSRQ creates an SRQ of size WQEs of maxSGE SGEs with limit armed
+// (0: none).
+func (g *Guest) CreateSRQ(pd, size, maxSGE, limit uint32) *SRQ {
+	g.T.Helper()
+	if g.nextSRQN == 0 {
+		g.nextSRQN = 1
+	}
+	s := &SRQ{g: g, SRQN: g.nextSRQN, PD: pd, Size: size, MaxSGE: maxSGE, Stride: abi.RecvWQEStride(maxSGE)}
+	g.nextSRQN++
+	s.DB = Limits.MaxQP + Limits.MaxCQ + s.SRQN - 1
+	s.Ring = g.Alloc(uint64(size)*uint64(s.Stride), uint64(s.Stride))
+	err := g.Eng.CreateSRQ(engine.SRQSpec{SRQN: s.SRQN, PDN: pd, Doorbell: s.DB, Size: size, MaxSGE: maxSGE, Limit: limit, RingAddr: s.Ring})
+	if err != nil {
+		g.T.Fatalf("%s: create srq: %v", g.Name, err)
+	}
+	s.rec = g.record(s.DB)
+	return s
+}
+
+// PostRecv posts a receive WQE with sges to the SRQ. Posting needs no
+// kick (spec §6.7).
+func (s *SRQ) PostRecv(wrid uint64, sges ...abi.SGE) {
+	slot := s.g.Bytes(s.Ring+uint64(s.Prod&(s.Size-1))*uint64(s.Stride), uint64(s.Stride))
+	clear(slot)
+	abi.RecvWQE{WRID: wrid, NumSGE: uint16(len(sges))}.Put(slot)
+	for i, sge := range sges {
+		sge.Put(slot[abi.RecvWQEHeaderSize+i*abi.SGESize:])
+	}
+	s.Prod++
+	s.rec.StoreUint32Release(abi.SRQDoorbellOffProd, s.Prod)
+}
+
+// RawSlot is the SRQ's next slot, for writing a malformed WQE; Commit
+// posts it.
+func (s *SRQ) RawSlot() []byte {
+	return s.g.Bytes(s.Ring+uint64(s.Prod&(s.Size-1))*uint64(s.Stride), uint64(s.Stride))
+}
+
+// Commit posts what RawSlot's caller wrote.
+func (s *SRQ) Commit() {
+	s.Prod++
+	s.rec.StoreUint32Release(abi.SRQDoorbellOffProd, s.Prod)
+}
+
+// SetProd stores a raw producer index (to simulate a buggy driver).
+func (s *SRQ) SetProd(p uint32) { s.rec.StoreUint32Release(abi.SRQDoorbellOffProd, p) }
+
+// Cons is the device's consumer index: WQEs taken.
+func (s *SRQ) Cons() uint32 { return s.rec.LoadUint32Acquire(abi.SRQDoorbellOffCons) }
 
 // QP is the driver's view of a QP.
 type QP struct {
@@ -367,15 +431,21 @@ func (g *Guest) CreateQP(pd uint32, scq, rcq *CQ, o QPOpts) *QP {
 	if o.MaxInline == 0 {
 		o.MaxInline = 64
 	}
+	var srqn uint32
+	if o.SRQ != nil {
+		o.RQSize, o.MaxRecvSGE, srqn = 0, 0, o.SRQ.SRQN
+	}
 	q := &QP{g: g, QPN: g.nextQPN, PD: pd, O: o, SCQ: scq, RCQ: rcq}
 	g.nextQPN++
 	q.DB = q.QPN - 2
 	q.SQStride = abi.SendWQEStride(o.MaxSendSGE, o.MaxInline)
-	q.RQStride = abi.RecvWQEStride(o.MaxRecvSGE)
 	q.SQ = g.Alloc(uint64(o.SQSize)*uint64(q.SQStride), uint64(q.SQStride))
-	q.RQ = g.Alloc(uint64(o.RQSize)*uint64(q.RQStride), uint64(q.RQStride))
+	if o.SRQ == nil {
+		q.RQStride = abi.RecvWQEStride(o.MaxRecvSGE)
+		q.RQ = g.Alloc(uint64(o.RQSize)*uint64(q.RQStride), uint64(q.RQStride))
+	}
 	err := g.Eng.CreateQP(engine.QPSpec{QPN: q.QPN, PDN: pd, Type: abi.QPTypeRC, SigAll: o.SigAll,
-		SendCQN: scq.CQN, RecvCQN: rcq.CQN, Doorbell: q.DB, SQSize: o.SQSize, RQSize: o.RQSize,
+		SendCQN: scq.CQN, RecvCQN: rcq.CQN, SRQN: srqn, Doorbell: q.DB, SQSize: o.SQSize, RQSize: o.RQSize,
 		MaxSendSGE: o.MaxSendSGE, MaxRecvSGE: o.MaxRecvSGE, MaxInlineData: o.MaxInline, SQAddr: q.SQ, RQAddr: q.RQ})
 	if err != nil {
 		g.T.Fatalf("%s: create qp: %v", g.Name, err)
