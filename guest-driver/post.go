@@ -63,7 +63,7 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 			perr = &PostError{Index: i, Err: err}
 			break
 		}
-		slot := qp.nextSlot(wq)
+		slot := wq.nextSlot()
 		if slot == nil {
 			perr = &PostError{Index: i, Err: ErrQueueFull}
 			break
@@ -76,26 +76,33 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 }
 
 // PostRecv posts receive work requests, like PostSend on the receive
-// ring.
+// ring. A QP on an SRQ has none: post to the SRQ.
 func (qp *QP) PostRecv(wrs ...RecvWR) error {
 	wq := &qp.rq
 	wq.mu.Lock()
 	if wq.disabled {
 		wq.mu.Unlock()
+		if qp.srq != nil {
+			return fmt.Errorf("guestdriver: QP %d takes its receives from SRQ %d: %w", qp.qpn, qp.srq.srqn, ErrBadWR)
+		}
 		return fmt.Errorf("guestdriver: QP %d: %w", qp.qpn, ErrDestroyed)
 	}
-	var perr error
-	posted := 0
+	posted, perr := wq.putRecvs(wrs, "QP", qp.qpn)
+	return qp.publish(wq, posted, perr)
+}
+
+// putRecvs writes receive work requests into wq's slots and advances its
+// producer index (not yet published). what and num name the queue in
+// errors. Called with wq.mu held.
+func (wq *workQueue) putRecvs(wrs []RecvWR, what string, num uint32) (posted int, perr error) {
 	for i := range wrs {
 		wr := &wrs[i]
 		if uint32(len(wr.SGL)) > wq.maxSGE {
-			perr = &PostError{Index: i, Err: fmt.Errorf("%d SGEs, QP %d takes %d: %w", len(wr.SGL), qp.qpn, wq.maxSGE, ErrBadWR)}
-			break
+			return posted, &PostError{Index: i, Err: fmt.Errorf("%d SGEs, %s %d takes %d: %w", len(wr.SGL), what, num, wq.maxSGE, ErrBadWR)}
 		}
-		slot := qp.nextSlot(wq)
+		slot := wq.nextSlot()
 		if slot == nil {
-			perr = &PostError{Index: i, Err: ErrQueueFull}
-			break
+			return posted, &PostError{Index: i, Err: ErrQueueFull}
 		}
 		abi.RecvWQE{WRID: wr.WRID, NumSGE: uint16(len(wr.SGL))}.Put(slot)
 		for j, s := range wr.SGL {
@@ -105,7 +112,7 @@ func (qp *QP) PostRecv(wrs ...RecvWR) error {
 		wq.prod++
 		posted++
 	}
-	return qp.publish(wq, posted, perr)
+	return posted, nil
 }
 
 // PostRawSend writes slot (at most one send WQE stride; the rest of the
@@ -127,7 +134,7 @@ func (qp *QP) postRaw(wq *workQueue, raw []byte) error {
 		wq.mu.Unlock()
 		return fmt.Errorf("guestdriver: raw WQE of %d bytes in %d-byte slots: %w", len(raw), wq.stride, ErrBadWR)
 	}
-	slot := qp.nextSlot(wq)
+	slot := wq.nextSlot()
 	if slot == nil {
 		wq.mu.Unlock()
 		return ErrQueueFull
@@ -142,9 +149,9 @@ func (qp *QP) postRaw(wq *workQueue, raw []byte) error {
 // is done with the slots before it) only when the cached one says full.
 // An index the device left ahead of the producer reads as full, never as
 // room. Called with wq.mu held.
-func (qp *QP) nextSlot(wq *workQueue) []byte {
+func (wq *workQueue) nextSlot() []byte {
 	if wq.prod-wq.cons >= wq.size {
-		wq.cons = qp.rec.LoadUint32Acquire(wq.consOff)
+		wq.cons = wq.rec.LoadUint32Acquire(wq.consOff)
 		if wq.prod-wq.cons >= wq.size {
 			return nil
 		}
@@ -160,7 +167,7 @@ func (qp *QP) publish(wq *workQueue, posted int, perr error) error {
 		wq.mu.Unlock()
 		return perr
 	}
-	qp.rec.StoreUint32Release(wq.prodOff, wq.prod)
+	wq.rec.StoreUint32Release(wq.prodOff, wq.prod)
 	wq.mu.Unlock()
 	if err := qp.db.ring(); err != nil {
 		return fmt.Errorf("guestdriver: QP %d: %d work requests posted, wake-up failed: %w", qp.qpn, posted, err)

@@ -28,6 +28,10 @@ type QPInit struct {
 	Cap    QPCap
 	// SigAll makes every send WQE complete with a CQE, signalled or not.
 	SigAll bool
+	// SRQ, if set, is where the QP's receives come from: it has no
+	// receive ring of its own (Cap.RQSize and MaxRecvSGE are ignored) and
+	// PostRecv is refused. The SRQ must be of the same PD.
+	SRQ *SRQ
 }
 
 // QP is a queue pair: a send and a receive ring in guest memory, the
@@ -42,10 +46,11 @@ type QP struct {
 	inline uint32
 	sendCQ *CQ
 	recvCQ *CQ
+	srq    *SRQ
 	db     *doorbells
 	rec    guestmem.View // doorbell record
 	sq     workQueue
-	rq     workQueue
+	rq     workQueue // disabled on an SRQ
 
 	mu        sync.Mutex // Destroy
 	destroyed bool
@@ -54,6 +59,7 @@ type QP struct {
 // workQueue is one ring and the driver's producer state.
 type workQueue struct {
 	mu       sync.Mutex
+	rec      guestmem.View // the doorbell record its indices are in
 	ring     Buffer
 	size     uint32 // WQE slots, a power of two
 	stride   uint32 // bytes per slot
@@ -93,17 +99,23 @@ func (pd *PD) CreateQP(ctx context.Context, init QPInit) (*QP, error) {
 	}
 	sqSize, rqSize := pow2(c.SQSize), pow2(c.RQSize)
 	sqStride, rqStride := abi.SendWQEStride(c.MaxSendSGE, c.MaxInline), abi.RecvWQEStride(c.MaxRecvSGE)
+	var srqn uint32
+	if init.SRQ != nil {
+		rqSize, rqStride, c.MaxRecvSGE, srqn = 0, 0, 0, init.SRQ.srqn
+	}
 	sq, err := d.mem.alloc(uint64(sqSize)*uint64(sqStride), uint64(sqStride))
 	if err != nil {
 		return nil, err
 	}
-	rq, err := d.mem.alloc(uint64(rqSize)*uint64(rqStride), uint64(rqStride))
-	if err != nil {
-		d.mem.release(sq)
-		return nil, err
+	var rq Buffer
+	if init.SRQ == nil {
+		if rq, err = d.mem.alloc(uint64(rqSize)*uint64(rqStride), uint64(rqStride)); err != nil {
+			d.mem.release(sq)
+			return nil, err
+		}
 	}
 	req := abi.CreateQPReq{
-		PDN: pd.pdn, Type: init.Type, SendCQN: init.SendCQ.cqn, RecvCQN: init.RecvCQ.cqn,
+		PDN: pd.pdn, Type: init.Type, SendCQN: init.SendCQ.cqn, RecvCQN: init.RecvCQ.cqn, SRQN: srqn,
 		SQSize: sqSize, RQSize: rqSize, MaxSendSGE: c.MaxSendSGE, MaxRecvSGE: c.MaxRecvSGE,
 		MaxInlineData: c.MaxInline, SQAddr: sq.GPA, RQAddr: rq.GPA,
 	}
@@ -128,11 +140,11 @@ func (pd *PD) CreateQP(ctx context.Context, init QPInit) (*QP, error) {
 	}
 	qp := &QP{
 		pd: pd, qpn: r.QPN, typ: init.Type, psn: randomPSN(), inline: c.MaxInline, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
-		db: db, rec: rec,
-		sq: workQueue{ring: sq, size: sqSize, stride: sqStride, maxSGE: c.MaxSendSGE,
+		srq: init.SRQ, db: db, rec: rec,
+		sq: workQueue{rec: rec, ring: sq, size: sqSize, stride: sqStride, maxSGE: c.MaxSendSGE,
 			prodOff: abi.QPDoorbellOffSQProd, consOff: abi.QPDoorbellOffSQCons},
-		rq: workQueue{ring: rq, size: rqSize, stride: rqStride, maxSGE: c.MaxRecvSGE,
-			prodOff: abi.QPDoorbellOffRQProd, consOff: abi.QPDoorbellOffRQCons},
+		rq: workQueue{rec: rec, ring: rq, size: rqSize, stride: rqStride, maxSGE: c.MaxRecvSGE,
+			prodOff: abi.QPDoorbellOffRQProd, consOff: abi.QPDoorbellOffRQCons, disabled: init.SRQ != nil},
 	}
 	// The device hands out a cleared record; counters start at zero.
 	qp.sq.cons = rec.LoadUint32Acquire(abi.QPDoorbellOffSQCons)
@@ -223,9 +235,14 @@ func (qp *QP) Destroy(ctx context.Context) error {
 	for _, wq := range []*workQueue{&qp.sq, &qp.rq} {
 		wq.mu.Lock()
 		wq.disabled = true
-		qp.pd.d.mem.release(wq.ring)
+		if wq.ring.Len() != 0 {
+			qp.pd.d.mem.release(wq.ring)
+		}
 		wq.ring = Buffer{}
 		wq.mu.Unlock()
 	}
 	return nil
 }
+
+// SRQ is the shared receive queue the QP was created on, or nil.
+func (qp *QP) SRQ() *SRQ { return qp.srq }
