@@ -39,6 +39,7 @@ var suites = []suite{
 	{"verbs", "RDMA WRITE bandwidth and latency between two VMs on one daemon vs memcpy", verbsMethod, false, verbsGoals, runVerbs},
 	{"startup", "VMM connect to a ready device, pinning all guest memory vs on demand", startupMethod, false, startupGoals, runStartup},
 	{"regmr", "REG_MR latency on demand vs pinning at registration, and first-touch cost", regmrMethod, false, regmrGoals, runRegMR},
+	{"srq", "receive throughput and ring memory, N QPs on one SRQ vs an RQ each", srqMethod, false, srqGoals, runSRQ},
 	{"translate", "eMTT translation vs MTT + shared ATC + IOMMU walk as devices grow", translateMethod, false, translateGoals, runTranslate},
 	{"devices", "N devices in one daemon through the management API: create/destroy latency, RSS, idle CPU", devicesMethod, false, devicesGoals, runDevices},
 	{"wire", "VM-to-VM WRITE goodput and latency across two hosts vs raw batched UDP", wireMethod, false, wireGoals, runWire},

@@ -32,6 +32,15 @@ func TestRDMATools(t *testing.T) {
 					t.Fatalf("vstellar-loopback:\n%s", out)
 				}
 			})
+			// Shared receive queues through libibverbs: many QPs on one
+			// SRQ, the limit and last-WQE events, the refusals.
+			t.Run("srq", func(t *testing.T) {
+				out := a.run(t, "vstellar-srq vstellar0")
+				if !regexp.MustCompile(`(?m)^PASS$`).MatchString(out) {
+					t.Fatalf("vstellar-srq:\n%s", out)
+				}
+				t.Logf("vstellar-srq: %s", strings.Join(strings.Fields(out), " "))
+			})
 		})
 	}
 }
@@ -115,10 +124,16 @@ func runTools(t *testing.T, a, b *execGuest) {
 		{"ib_write_bw", "-s 1048576 -n 20", false},
 		{"ib_write_lat", "-s 8 -n 200", true},
 		{"ib_send_bw", "-s 65536 -n 200", false},
+		// Four QPs taking their receives from one SRQ on the server.
+		{"ib_send_bw", "-s 65536 -n 200 --use-srq -q 4", false},
 		{"ib_read_bw", "-s 65536 -n 200", false},
 		{"ib_atomic_bw", "-n 200", false},
 	} {
-		t.Run(strings.TrimPrefix(c.tool, "ib_")+strings.ReplaceAll(strings.Fields(c.args)[0]+strings.Fields(c.args)[1], "-", ""), func(t *testing.T) {
+		name := strings.TrimPrefix(c.tool, "ib_") + strings.ReplaceAll(strings.Fields(c.args)[0]+strings.Fields(c.args)[1], "-", "")
+		if strings.Contains(c.args, "--use-srq") {
+			name += "-srq"
+		}
+		t.Run(name, func(t *testing.T) {
 			cmd := fmt.Sprintf("%s -d vstellar0 -x 0 %s", c.tool, c.args)
 			_, cli := serverClient(t, a, b, cmd, cmd, 2*time.Minute)
 			if c.lat {

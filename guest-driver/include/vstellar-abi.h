@@ -12,7 +12,7 @@
  * polls without a system call.
  *
  * The create responses are *_uresp: vstellar-dev.h has the device's
- * CREATE_CQ and CREATE_QP responses under the plain names.
+ * CREATE_CQ, CREATE_QP and CREATE_SRQ responses under the plain names.
  */
 #ifndef VSTELLAR_ABI_USER_H
 #define VSTELLAR_ABI_USER_H
@@ -63,6 +63,7 @@ struct vstellar_create_cq_uresp {
 	__aligned_u64 ring_mmap_len;
 };
 
+/* A QP on an SRQ has no RQ: rq_size, rq_stride and rq_mmap_* are 0. */
 struct vstellar_create_qp_uresp {
 	__u32 qpn;
 	__u32 doorbell_index;
@@ -78,6 +79,18 @@ struct vstellar_create_qp_uresp {
 	__aligned_u64 sq_mmap_len;
 	__aligned_u64 rq_mmap_key;
 	__aligned_u64 rq_mmap_len;
+};
+
+/* Device ABI 1.1: a shared receive queue's ring. */
+struct vstellar_create_srq_uresp {
+	__u32 srqn;
+	__u32 doorbell_index;		/* record index in the doorbell region */
+	__u32 size;			/* slots, a power of two */
+	__u32 stride;			/* bytes per slot (spec §10.5) */
+	__u32 max_sge;
+	__u32 reserved;
+	__aligned_u64 ring_mmap_key;
+	__aligned_u64 ring_mmap_len;
 };
 
 #endif /* VSTELLAR_ABI_USER_H */

@@ -55,6 +55,9 @@ struct vstellar_cfg {
 	u32 max_inline_data;
 	u32 max_qp_rd_atom;
 	u32 max_gid;
+	u32 max_srq;		/* 0 before ABI 1.1: no SRQs */
+	u32 max_srq_wr;
+	u32 max_srq_sge;
 	u8 phys_port_cnt;
 	u8 doorbell_shmid;
 	u16 doorbell_record_size;
@@ -123,6 +126,7 @@ struct vstellar_dev {
 	/* objects by number, for events; modified with interrupts off */
 	struct xarray cqs;
 	struct xarray qps;
+	struct xarray srqs;
 
 	/* what must outlive a device that stopped answering */
 	spinlock_t grave_lock;
@@ -190,6 +194,16 @@ struct vstellar_qp {
 	struct rdma_user_mmap_entry *rq_entry;
 };
 
+struct vstellar_srq {
+	struct ib_srq ibsrq;
+	u32 srqn;
+	u32 size;
+	u32 stride;
+	u32 max_sge;
+	struct vstellar_buf *ring;
+	struct rdma_user_mmap_entry *ring_entry;
+};
+
 struct vstellar_mr {
 	struct ib_mr ibmr;
 	struct ib_umem *umem;
@@ -219,6 +233,11 @@ static inline struct vstellar_cq *to_vcq(struct ib_cq *cq)
 static inline struct vstellar_qp *to_vqp(struct ib_qp *qp)
 {
 	return container_of(qp, struct vstellar_qp, ibqp);
+}
+
+static inline struct vstellar_srq *to_vsrq(struct ib_srq *srq)
+{
+	return container_of(srq, struct vstellar_srq, ibsrq);
 }
 
 static inline struct vstellar_mr *to_vmr(struct ib_mr *mr)
@@ -293,6 +312,14 @@ int vstellar_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
 void vstellar_cq_event(struct vstellar_dev *dev, u32 type, u32 cqn);
 
 /* vstellar_qp.c */
+u32 vstellar_rq_stride(u32 max_sge);
+int vstellar_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
+			struct ib_udata *udata);
+int vstellar_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
+			enum ib_srq_attr_mask mask, struct ib_udata *udata);
+int vstellar_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr);
+int vstellar_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata);
+void vstellar_srq_event(struct vstellar_dev *dev, u32 type, u32 srqn);
 int vstellar_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init_attr,
 		       struct ib_udata *udata);
 int vstellar_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,

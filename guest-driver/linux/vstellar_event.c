@@ -77,7 +77,12 @@ static void vstellar_dispatch(struct vstellar_dev *dev,
 	case VSTELLAR_EVENT_QP_REQ_ERR:
 	case VSTELLAR_EVENT_QP_ACCESS_ERR:
 	case VSTELLAR_EVENT_SQ_DRAINED:
+	case VSTELLAR_EVENT_QP_LAST_WQE:
 		vstellar_qp_event(dev, type, handle);
+		break;
+	case VSTELLAR_EVENT_SRQ_LIMIT:
+	case VSTELLAR_EVENT_SRQ_ERR:
+		vstellar_srq_event(dev, type, handle);
 		break;
 	case VSTELLAR_EVENT_DEVICE_FATAL:
 		dev_err_ratelimited(&dev->vdev->dev,

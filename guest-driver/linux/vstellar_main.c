@@ -80,6 +80,15 @@ static int vstellar_check_config(struct virtio_device *vdev,
 			limits[i].name, limits[i].v, limits[i].ceiling);
 		return -ENODEV;
 	}
+	/* ABI 1.1 (SRQ); read as 0 from an older device. */
+	if ((c->abi_version & 0xffff) >= 1 &&
+	    (!c->max_srq || c->max_srq > VSTELLAR_CEILING_MAX_SRQ ||
+	     !c->max_srq_wr || c->max_srq_wr > VSTELLAR_CEILING_MAX_SRQ_WR ||
+	     !c->max_srq_sge || c->max_srq_sge > VSTELLAR_CEILING_MAX_SRQ_SGE)) {
+		dev_err(&vdev->dev, "config: %u SRQs of %u WRs and %u SGEs\n",
+			c->max_srq, c->max_srq_wr, c->max_srq_sge);
+		return -ENODEV;
+	}
 	if (!(c->page_size_cap & SZ_4K)) {
 		dev_err(&vdev->dev, "config page_size_cap %#llx lacks 4 KiB\n",
 			c->page_size_cap);
@@ -96,7 +105,8 @@ static int vstellar_check_config(struct virtio_device *vdev,
 	    c->doorbell_records_offset < ps ||
 	    c->doorbell_records_offset % rs ||
 	    c->doorbell_records_offset + c->doorbell_records * rs > size ||
-	    (u64)c->doorbell_records < (u64)c->max_qp + c->max_cq ||
+	    (u64)c->doorbell_records <
+		    (u64)c->max_qp + c->max_cq + c->max_srq ||
 	    size % PAGE_SIZE) {
 		dev_err(&vdev->dev,
 			"config: bad doorbell layout: %u pages of %u, %u records of %u at %u\n",
@@ -130,6 +140,11 @@ static int vstellar_read_config(struct virtio_device *vdev,
 	c->max_inline_data = le32_to_cpu(raw.max_inline_data);
 	c->max_qp_rd_atom = le32_to_cpu(raw.max_qp_rd_atom);
 	c->max_gid = le32_to_cpu(raw.max_gid);
+	if ((c->abi_version & 0xffff) >= 1) {
+		c->max_srq = le32_to_cpu(raw.max_srq);
+		c->max_srq_wr = le32_to_cpu(raw.max_srq_wr);
+		c->max_srq_sge = le32_to_cpu(raw.max_srq_sge);
+	}
 	c->phys_port_cnt = raw.phys_port_cnt;
 	c->doorbell_shmid = raw.doorbell_shmid;
 	c->doorbell_record_size = le16_to_cpu(raw.doorbell_record_size);
@@ -191,12 +206,14 @@ static const struct ib_device_ops vstellar_dev_ops = {
 	.create_cq = vstellar_create_cq,
 #endif
 	.create_qp = vstellar_create_qp,
+	.create_srq = vstellar_create_srq,
 	.dealloc_pd = vstellar_dealloc_pd,
 	.dealloc_ucontext = vstellar_dealloc_ucontext,
 	.dereg_mr = vstellar_dereg_mr,
 	.destroy_ah = vstellar_destroy_ah,
 	.destroy_cq = vstellar_destroy_cq,
 	.destroy_qp = vstellar_destroy_qp,
+	.destroy_srq = vstellar_destroy_srq,
 	.disassociate_ucontext = vstellar_disassociate_ucontext,
 	.get_dev_fw_str = vstellar_get_fw_str,
 	.get_link_layer = vstellar_get_link_layer,
@@ -204,17 +221,20 @@ static const struct ib_device_ops vstellar_dev_ops = {
 	.mmap = vstellar_mmap,
 	.mmap_free = vstellar_mmap_free,
 	.modify_qp = vstellar_modify_qp,
+	.modify_srq = vstellar_modify_srq,
 	.query_device = vstellar_query_device,
 	.query_gid = vstellar_query_gid,
 	.query_pkey = vstellar_query_pkey,
 	.query_port = vstellar_query_port,
 	.query_qp = vstellar_query_qp,
+	.query_srq = vstellar_query_srq,
 	.reg_user_mr = vstellar_reg_user_mr,
 
 	INIT_RDMA_OBJ_SIZE(ib_ah, vstellar_ah, ibah),
 	INIT_RDMA_OBJ_SIZE(ib_cq, vstellar_cq, ibcq),
 	INIT_RDMA_OBJ_SIZE(ib_pd, vstellar_pd, ibpd),
 	INIT_RDMA_OBJ_SIZE(ib_qp, vstellar_qp, ibqp),
+	INIT_RDMA_OBJ_SIZE(ib_srq, vstellar_srq, ibsrq),
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, vstellar_ucontext, ibuctx),
 };
 
@@ -327,6 +347,9 @@ static int vstellar_query_attrs(struct vstellar_dev *dev)
 	a->max_res_rd_atom = c->max_qp * c->max_qp_rd_atom;
 	a->atomic_cap = vstellar_atomic_cap(dev, da.atomic_cap);
 	a->max_ah = c->max_ah;
+	a->max_srq = c->max_srq;
+	a->max_srq_wr = c->max_srq_wr;
+	a->max_srq_sge = c->max_srq_sge;
 	a->max_pkeys = 1;
 	a->local_ca_ack_delay = da.local_ca_ack_delay;
 
@@ -384,6 +407,7 @@ static int vstellar_probe(struct virtio_device *vdev)
 	vdev->priv = dev;
 	xa_init_flags(&dev->cqs, XA_FLAGS_LOCK_IRQ);
 	xa_init_flags(&dev->qps, XA_FLAGS_LOCK_IRQ);
+	xa_init_flags(&dev->srqs, XA_FLAGS_LOCK_IRQ);
 	spin_lock_init(&dev->grave_lock);
 	spin_lock_init(&dev->event_lock);
 	INIT_LIST_HEAD(&dev->grave_bufs);

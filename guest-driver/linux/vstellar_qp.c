@@ -18,15 +18,18 @@ static u32 vstellar_sq_stride(u32 max_sge, u32 max_inline)
 				  max(max_sge * VSTELLAR_SGE_SIZE, max_inline));
 }
 
-static u32 vstellar_rq_stride(u32 max_sge)
+u32 vstellar_rq_stride(u32 max_sge)
 {
 	return roundup_pow_of_two(VSTELLAR_RECV_WQE_HEADER_SIZE +
 				  max_sge * VSTELLAR_SGE_SIZE);
 }
 
-/* Work out the rings from what the caller asked for; fills in qp. */
+/*
+ * Work out the rings from what the caller asked for; fills in qp. A QP on
+ * an SRQ (srq) has no receive ring.
+ */
 static int vstellar_qp_size(struct vstellar_dev *dev, struct vstellar_qp *qp,
-			    const struct ib_qp_cap *cap)
+			    const struct ib_qp_cap *cap, bool srq)
 {
 	const struct vstellar_cfg *c = &dev->cfg;
 	u32 max_inline = virtio_has_feature(dev->vdev, VSTELLAR_F_INLINE) ?
@@ -52,6 +55,11 @@ static int vstellar_qp_size(struct vstellar_dev *dev, struct vstellar_qp *qp,
 	qp->max_recv_sge = min(c->max_sge,
 			       (qp->rq_stride - VSTELLAR_RECV_WQE_HEADER_SIZE) /
 			       VSTELLAR_SGE_SIZE);
+	if (srq) {
+		qp->rq_size = 0;
+		qp->rq_stride = 0;
+		qp->max_recv_sge = 0;
+	}
 	return 0;
 }
 
@@ -60,10 +68,12 @@ static void vstellar_qp_release_rings(struct vstellar_dev *dev,
 {
 	if (bury) {
 		vstellar_bury(dev, qp->sq);
-		vstellar_bury(dev, qp->rq);
+		if (qp->rq)
+			vstellar_bury(dev, qp->rq);
 	} else {
 		vstellar_buf_put(qp->sq);
-		vstellar_buf_put(qp->rq);
+		if (qp->rq)
+			vstellar_buf_put(qp->rq);
 	}
 	qp->sq = NULL;
 	qp->rq = NULL;
@@ -81,6 +91,9 @@ static int vstellar_qp_map(struct vstellar_qp *qp, struct ib_udata *udata,
 					    &resp->sq_mmap_key);
 	if (IS_ERR(qp->sq_entry))
 		return PTR_ERR(qp->sq_entry);
+	resp->sq_mmap_len = qp->sq->size;
+	if (!qp->rq)
+		return 0;
 	qp->rq_entry = vstellar_insert_ring(&uctx->ibuctx, qp->rq,
 					    &resp->rq_mmap_key);
 	if (IS_ERR(qp->rq_entry)) {
@@ -88,9 +101,15 @@ static int vstellar_qp_map(struct vstellar_qp *qp, struct ib_udata *udata,
 		rdma_user_mmap_entry_remove(qp->sq_entry);
 		return ret;
 	}
-	resp->sq_mmap_len = qp->sq->size;
 	resp->rq_mmap_len = qp->rq->size;
 	return 0;
+}
+
+static void vstellar_qp_unmap(struct vstellar_qp *qp)
+{
+	rdma_user_mmap_entry_remove(qp->sq_entry);
+	if (qp->rq_entry)
+		rdma_user_mmap_entry_remove(qp->rq_entry);
 }
 
 int vstellar_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init_attr,
@@ -108,13 +127,12 @@ int vstellar_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init_attr,
 	/* No kernel data path: kernel QPs are not offered. */
 	if (!udata || init_attr->qp_type != IB_QPT_RC)
 		return -EOPNOTSUPP;
-	if (init_attr->srq || init_attr->create_flags ||
-	    init_attr->rwq_ind_tbl)
+	if (init_attr->create_flags || init_attr->rwq_ind_tbl)
 		return -EOPNOTSUPP;
 	if (udata->outlen < sizeof(resp) ||
 	    (udata->inlen && !ib_is_udata_cleared(udata, 0, udata->inlen)))
 		return -EINVAL;
-	ret = vstellar_qp_size(dev, qp, cap);
+	ret = vstellar_qp_size(dev, qp, cap, init_attr->srq);
 	if (ret)
 		return ret;
 	qp->sig_all = init_attr->sq_sig_type == IB_SIGNAL_ALL_WR;
@@ -122,10 +140,16 @@ int vstellar_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init_attr,
 	qp->sq = vstellar_buf_alloc((size_t)qp->sq_size * qp->sq_stride);
 	if (IS_ERR(qp->sq))
 		return PTR_ERR(qp->sq);
-	qp->rq = vstellar_buf_alloc((size_t)qp->rq_size * qp->rq_stride);
-	if (IS_ERR(qp->rq)) {
-		vstellar_buf_put(qp->sq);
-		return PTR_ERR(qp->rq);
+	qp->rq = NULL;
+	if (!init_attr->srq) {
+		qp->rq = vstellar_buf_alloc((size_t)qp->rq_size *
+					    qp->rq_stride);
+		if (IS_ERR(qp->rq)) {
+			vstellar_buf_put(qp->sq);
+			return PTR_ERR(qp->rq);
+		}
+	} else {
+		req.srqn = cpu_to_le32(to_vsrq(init_attr->srq)->srqn);
 	}
 
 	req.pdn = cpu_to_le32(to_vpd(ibqp->pd)->pdn);
@@ -139,7 +163,8 @@ int vstellar_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init_attr,
 	req.max_recv_sge = cpu_to_le32(qp->max_recv_sge);
 	req.max_inline_data = cpu_to_le32(qp->max_inline);
 	req.sq_addr = cpu_to_le64(virt_to_phys(qp->sq->va));
-	req.rq_addr = cpu_to_le64(virt_to_phys(qp->rq->va));
+	if (qp->rq)
+		req.rq_addr = cpu_to_le64(virt_to_phys(qp->rq->va));
 	ret = vstellar_cmd(dev, VSTELLAR_OP_CREATE_QP, &req, sizeof(req),
 			   &dresp, sizeof(dresp));
 	if (ret)
@@ -188,8 +213,7 @@ int vstellar_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init_attr,
 	return 0;
 
 err_entries:
-	rdma_user_mmap_entry_remove(qp->sq_entry);
-	rdma_user_mmap_entry_remove(qp->rq_entry);
+	vstellar_qp_unmap(qp);
 err_xa:
 	xa_erase_irq(&dev->qps, qpn);
 err_destroy:
@@ -380,6 +404,7 @@ int vstellar_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 	init_attr->qp_type = IB_QPT_RC;
 	init_attr->send_cq = ibqp->send_cq;
 	init_attr->recv_cq = ibqp->recv_cq;
+	init_attr->srq = ibqp->srq;
 	init_attr->sq_sig_type = qp->sig_all ? IB_SIGNAL_ALL_WR :
 			       IB_SIGNAL_REQ_WR;
 	init_attr->cap = attr->cap;
@@ -397,8 +422,7 @@ int vstellar_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 		return ret;
 	/* After this no event handler runs for the QP. */
 	xa_erase_irq(&dev->qps, qp->qpn);
-	rdma_user_mmap_entry_remove(qp->sq_entry);
-	rdma_user_mmap_entry_remove(qp->rq_entry);
+	vstellar_qp_unmap(qp);
 	vstellar_qp_release_rings(dev, qp, ret);
 	return 0;
 }
@@ -419,6 +443,9 @@ void vstellar_qp_event(struct vstellar_dev *dev, u32 type, u32 qpn)
 		break;
 	case VSTELLAR_EVENT_QP_ACCESS_ERR:
 		ev.event = IB_EVENT_QP_ACCESS_ERR;
+		break;
+	case VSTELLAR_EVENT_QP_LAST_WQE:
+		ev.event = IB_EVENT_QP_LAST_WQE_REACHED;
 		break;
 	default:
 		ev.event = IB_EVENT_SQ_DRAINED;

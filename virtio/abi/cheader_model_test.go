@@ -92,7 +92,7 @@ type cSection struct {
 var initialisms = []string{
 	"ABI", "AH", "AHN", "AV", "CA", "CQ", "CQE", "CQN", "DGID", "FW", "GID", "GUID", "HCA", "HW",
 	"ID", "IOVA", "MR", "MTU", "NAK", "OK", "PCI", "PD", "PDN", "PSN", "QP", "QPN", "RAM", "RC",
-	"RDMA", "RNR", "RQ", "SGE", "SGID", "SL", "SQ", "SQD", "SQE", "UD", "WC", "WR", "RTR", "RTS",
+	"RDMA", "RNR", "RQ", "SGE", "SGID", "SL", "SQ", "SQD", "SQE", "SRQ", "SRQN", "UD", "WC", "WR", "RTR", "RTS",
 }
 
 // goWords splits a Go identifier into words: "MaxQPWR" is Max QP WR,

@@ -290,27 +290,24 @@ int vstellar_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	return err;
 }
 
-int vstellar_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
-		       struct ibv_recv_wr **bad_wr)
+/*
+ * Writes receive WQEs into wq's slots and advances its producer index (not
+ * stored yet); the caller holds wq->lock.
+ */
+static int vstellar_put_recvs(struct vstellar_wq *wq, struct ibv_recv_wr *wr,
+			      struct ibv_recv_wr **bad_wr)
 {
-	struct vstellar_qp *qp = to_vqp(ibqp);
-	struct vstellar_wq *rq = &qp->rq;
 	struct vstellar_recv_wqe *wqe;
 	struct vstellar_sge *sges;
-	uint32_t start;
 	int err = 0;
 	int i;
 
-	pthread_spin_lock(&rq->lock);
-	start = rq->prod;
-	if (ibqp->state == IBV_QPS_RESET)
-		err = EINVAL;
-	for (; wr && !err; wr = wr->next) {
-		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > rq->max_sge) {
+	for (; wr; wr = wr->next) {
+		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > wq->max_sge) {
 			err = EINVAL;
 			break;
 		}
-		wqe = vstellar_wq_next(rq);
+		wqe = vstellar_wq_next(wq);
 		if (!wqe) {
 			err = ENOMEM;
 			break;
@@ -323,10 +320,50 @@ int vstellar_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 			vstellar_set_sge(&sges[i], wr->sg_list[i].addr,
 					 wr->sg_list[i].length,
 					 wr->sg_list[i].lkey);
-		rq->prod++;
+		wq->prod++;
 	}
 	if (err)
 		*bad_wr = wr;
+	return err;
+}
+
+/* Posts to an SRQ's ring: no wake-up, the device takes them on arrival. */
+int vstellar_wq_post_recv(struct vstellar_wq *wq, struct ibv_recv_wr *wr,
+			  struct ibv_recv_wr **bad_wr)
+{
+	uint32_t start;
+	int err;
+
+	pthread_spin_lock(&wq->lock);
+	start = wq->prod;
+	err = vstellar_put_recvs(wq, wr, bad_wr);
+	if (wq->prod != start)
+		vstellar_store_release(wq->prod_db, wq->prod);
+	pthread_spin_unlock(&wq->lock);
+	return err;
+}
+
+int vstellar_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
+		       struct ibv_recv_wr **bad_wr)
+{
+	struct vstellar_qp *qp = to_vqp(ibqp);
+	struct vstellar_wq *rq = &qp->rq;
+	uint32_t start;
+	int err = 0;
+
+	/* A QP on an SRQ has no receive queue: post to the SRQ. */
+	if (qp->on_srq) {
+		*bad_wr = wr;
+		return EINVAL;
+	}
+	pthread_spin_lock(&rq->lock);
+	start = rq->prod;
+	if (ibqp->state == IBV_QPS_RESET) {
+		err = EINVAL;
+		*bad_wr = wr;
+	} else {
+		err = vstellar_put_recvs(rq, wr, bad_wr);
+	}
 	if (rq->prod == start) {
 		pthread_spin_unlock(&rq->lock);
 		return err;
@@ -636,7 +673,7 @@ static uint32_t vstellar_send_stride(uint32_t max_sge, uint32_t max_inline)
 	return vstellar_pow2(sizeof(struct vstellar_send_wqe) + payload);
 }
 
-static uint32_t vstellar_recv_stride(uint32_t max_sge)
+uint32_t vstellar_recv_stride(uint32_t max_sge)
 {
 	return vstellar_pow2(sizeof(struct vstellar_recv_wqe) +
 			     (uint64_t)max_sge * sizeof(struct vstellar_sge));
@@ -653,6 +690,20 @@ static bool vstellar_wq_resp_ok(uint32_t size, uint32_t stride,
 	       key <= INT64_MAX;
 }
 
+/* A QP on an SRQ has no receive ring: the kernel says so with zeros. */
+static bool vstellar_rq_resp_ok(const struct vstellar_qp *qp,
+				const struct ibv_qp_cap *cap,
+				const struct vstellar_create_qp_uresp *r)
+{
+	if (qp->on_srq)
+		return !r->rq_size && !r->rq_stride && !r->max_recv_sge &&
+		       !r->rq_mmap_len && !r->rq_mmap_key;
+	return vstellar_wq_resp_ok(r->rq_size, r->rq_stride, r->max_recv_sge,
+				   cap->max_recv_wr, cap->max_recv_sge,
+				   r->rq_mmap_len, r->rq_mmap_key) &&
+	       r->rq_stride == vstellar_recv_stride(r->max_recv_sge);
+}
+
 /* Checks what the kernel says about the QP it created for cap. */
 static int vstellar_check_qp_resp(struct vstellar_context *ctx,
 				  struct vstellar_qp *qp,
@@ -666,12 +717,9 @@ static int vstellar_check_qp_resp(struct vstellar_context *ctx,
 	    !vstellar_wq_resp_ok(r->sq_size, r->sq_stride, r->max_send_sge,
 				 cap->max_send_wr, cap->max_send_sge,
 				 r->sq_mmap_len, r->sq_mmap_key) ||
-	    !vstellar_wq_resp_ok(r->rq_size, r->rq_stride, r->max_recv_sge,
-				 cap->max_recv_wr, cap->max_recv_sge,
-				 r->rq_mmap_len, r->rq_mmap_key) ||
+	    !vstellar_rq_resp_ok(qp, cap, r) ||
 	    r->sq_stride != vstellar_send_stride(r->max_send_sge,
-						 r->max_inline_data) ||
-	    r->rq_stride != vstellar_recv_stride(r->max_recv_sge)) {
+						 r->max_inline_data)) {
 		verbs_err(&ctx->ibv_ctx,
 			  "vstellar: QP %u: bad response: SQ %u x %u (%u SGEs, %u inline), RQ %u x %u (%u SGEs), doorbell %u of %u\n",
 			  r->qpn, r->sq_size, r->sq_stride, r->max_send_sge,
@@ -682,9 +730,9 @@ static int vstellar_check_qp_resp(struct vstellar_context *ctx,
 	return 0;
 }
 
-static int vstellar_map_wq(struct vstellar_context *ctx, struct vstellar_wq *wq,
-			   uint32_t size, uint32_t stride, uint32_t max_sge,
-			   uint64_t len, uint64_t key)
+int vstellar_map_wq(struct vstellar_context *ctx, struct vstellar_wq *wq,
+		    uint32_t size, uint32_t stride, uint32_t max_sge,
+		    uint64_t len, uint64_t key)
 {
 	void *p;
 
@@ -701,7 +749,7 @@ static int vstellar_map_wq(struct vstellar_context *ctx, struct vstellar_wq *wq,
 	return 0;
 }
 
-static void vstellar_unmap_wq(struct vstellar_wq *wq)
+void vstellar_unmap_wq(struct vstellar_wq *wq)
 {
 	if (!wq->ring)
 		return;
@@ -725,10 +773,10 @@ static int vstellar_check_qp_attr(struct vstellar_context *ctx,
 	}
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd)
 		return EINVAL;
-	/* RC only: no UD, no SRQ in ABI 1.0 (spec 1). */
-	if (attr->qp_type != IBV_QPT_RC || attr->srq) {
+	/* RC only: no UD in ABI 1.1 (spec 1). */
+	if (attr->qp_type != IBV_QPT_RC) {
 		verbs_err(&ctx->ibv_ctx,
-			  "vstellar: only RC QPs without an SRQ are supported\n");
+			  "vstellar: only RC QPs are supported\n");
 		return EOPNOTSUPP;
 	}
 	return 0;
@@ -755,6 +803,7 @@ static struct ibv_qp *vstellar_create_qp_common(struct ibv_context *context,
 		err = ENOMEM;
 		goto err_out;
 	}
+	qp->on_srq = attr->srq != NULL;
 	/* Create flags are none here, and the command takes no such bit. */
 	attr->comp_mask &= ~IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	err = ibv_cmd_create_qp_ex(context, &qp->vqp, attr, &cmd.ibv_cmd,
@@ -768,10 +817,13 @@ static struct ibv_qp *vstellar_create_qp_common(struct ibv_context *context,
 		goto err_destroy;
 	err = vstellar_map_wq(ctx, &qp->sq, r->sq_size, r->sq_stride,
 			      r->max_send_sge, r->sq_mmap_len, r->sq_mmap_key);
-	if (!err)
+	if (!err && !qp->on_srq)
 		err = vstellar_map_wq(ctx, &qp->rq, r->rq_size, r->rq_stride,
 				      r->max_recv_sge, r->rq_mmap_len,
 				      r->rq_mmap_key);
+	else if (!err)
+		/* Still locked by a reset in modify_qp. */
+		pthread_spin_init(&qp->rq.lock, PTHREAD_PROCESS_PRIVATE);
 	if (err) {
 		verbs_err(&ctx->ibv_ctx, "vstellar: QP %u: mapping a ring: %s\n",
 			  r->qpn, strerror(err));

@@ -13,5 +13,7 @@ DECLARE_DRV_CMD(uvstellar_create_cq, IB_USER_VERBS_CMD_CREATE_CQ,
 		empty, vstellar_create_cq_uresp);
 DECLARE_DRV_CMD(uvstellar_create_qp, IB_USER_VERBS_CMD_CREATE_QP,
 		empty, vstellar_create_qp_uresp);
+DECLARE_DRV_CMD(uvstellar_create_srq, IB_USER_VERBS_CMD_CREATE_SRQ,
+		empty, vstellar_create_srq_uresp);
 
 #endif /* __VSTELLAR_PROVIDER_ABI_H__ */

@@ -31,7 +31,7 @@ struct vstellar_context {
 	uint32_t flags;			/* VSTELLAR_UCTX_* */
 	uint32_t max_inline_data;
 
-	/* The doorbell region: device page, then one record per QP and CQ. */
+	/* The doorbell region: device page, then one record per QP, CQ, SRQ. */
 	uint8_t *db;
 	size_t db_len;
 	uint32_t db_records_offset;
@@ -79,13 +79,22 @@ struct vstellar_qp {
 	uint32_t max_inline;
 	struct vstellar_qp_doorbell *rec;
 	struct vstellar_wq sq;
-	struct vstellar_wq rq;
+	struct vstellar_wq rq;		/* not mapped on an SRQ */
+	bool on_srq;
 
 	/* ibv_wr_* session state, under sq.lock from wr_start on. */
 	int wr_err;
 	uint32_t wr_start_prod;
 	struct vstellar_send_wqe *wr_cur;
 	bool wr_need_atomic_sge;
+};
+
+/* A shared receive queue (device ABI 1.1): one ring for many QPs. */
+struct vstellar_srq {
+	struct verbs_srq vsrq;
+	uint32_t srqn;
+	struct vstellar_srq_doorbell *rec;
+	struct vstellar_wq wq;
 };
 
 static inline struct vstellar_context *to_vctx(struct ibv_context *ibctx)
@@ -101,6 +110,11 @@ static inline struct vstellar_cq *to_vcq(struct ibv_cq *ibcq)
 static inline struct vstellar_qp *to_vqp(struct ibv_qp *ibqp)
 {
 	return container_of(ibqp, struct vstellar_qp, vqp.qp);
+}
+
+static inline struct vstellar_srq *to_vsrq(struct ibv_srq *ibsrq)
+{
+	return container_of(ibsrq, struct vstellar_srq, vsrq.srq);
 }
 
 static inline struct vstellar_qp *qpx_to_vqp(struct ibv_qp_ex *qpx)
@@ -164,5 +178,22 @@ int vstellar_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		       struct ibv_send_wr **bad_wr);
 int vstellar_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 		       struct ibv_recv_wr **bad_wr);
+int vstellar_wq_post_recv(struct vstellar_wq *wq, struct ibv_recv_wr *wr,
+			  struct ibv_recv_wr **bad_wr);
+uint32_t vstellar_recv_stride(uint32_t max_sge);
+int vstellar_map_wq(struct vstellar_context *ctx, struct vstellar_wq *wq,
+		    uint32_t size, uint32_t stride, uint32_t max_sge,
+		    uint64_t len, uint64_t key);
+void vstellar_unmap_wq(struct vstellar_wq *wq);
+
+/* srq.c */
+struct ibv_srq *vstellar_create_srq(struct ibv_pd *pd,
+				    struct ibv_srq_init_attr *attr);
+int vstellar_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr,
+			int attr_mask);
+int vstellar_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
+int vstellar_destroy_srq(struct ibv_srq *srq);
+int vstellar_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+			   struct ibv_recv_wr **bad_wr);
 
 #endif /* __VSTELLAR_H__ */
