@@ -338,7 +338,7 @@ int vstellar_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init_attr,
 	u32 ahn;
 	int ret;
 
-	/* Only user AHs (UD is not in ABI 1.0): a command sleeps. */
+	/* Only user AHs (UD is not in ABI 1.1): a command sleeps. */
 	if (!udata || !(init_attr->flags & RDMA_CREATE_AH_SLEEPABLE))
 		return -EOPNOTSUPP;
 	if (!vstellar_udata_in_ok(udata))
