@@ -369,3 +369,75 @@ func TestSRQControl(t *testing.T) {
 		}
 	}
 }
+
+// TestSRQStreamedReceives drives the cross-host path's steps directly
+// (Begin, Place, Commit, Release), where a receive is taken at Begin and
+// may be in progress for long: a SEND released uncommitted gives its WQE
+// back, so the next SEND (on another QP) gets it; when a QP goes to ERR
+// with a receive in progress, that receive alone completes WR_FLUSH_ERR
+// (then QP_LAST_WQE), its later Commit is refused, and the SRQ's other
+// WQEs stay for the other QP.
+func TestSRQStreamedReceives(t *testing.T) {
+	f := newStreamFabric(t)
+	a := enginetest.NewGuest(t, f, "a", enginetest.Options{})
+	b := enginetest.NewGuest(t, f, "b", enginetest.Options{})
+	ca, cb := a.CreateCQ(16), b.CreateCQ(16)
+	s := b.CreateSRQ(pd, 16, 1, 0)
+	var qa, qb [2]*enginetest.QP
+	for i := range qa {
+		qa[i] = a.CreateQP(pd, ca, ca, enginetest.QPOpts{})
+		qb[i] = b.CreateQP(pd, cb, cb, enginetest.QPOpts{SRQ: s})
+		enginetest.Connect(qa[i], qb[i], enginetest.DefaultConn)
+	}
+	dst := b.NewBuf(pd, abi.AccessLocalWrite, 3*8)
+	for i := range 3 {
+		s.PostRecv(uint64(10+i), dst.SGE(uint64(8*i), 8))
+	}
+	send := func(i int) (fabric.Incoming, fabric.Outcome) {
+		return entered(b.Eng).Begin(&fabric.Request{Op: fabric.OpSend, Len: 8,
+			Src: fabric.Addr{GID: a.GID, QPN: qa[i].QPN}, Dst: fabric.Addr{GID: b.GID, QPN: qb[i].QPN}})
+	}
+	msg := []byte("8 bytes!")
+
+	// Taken at Begin, given back at Release.
+	first, o := send(0)
+	if o != fabric.OutcomeOK || s.Cons() != 1 {
+		t.Fatalf("Begin: %v, srq cons %d", o, s.Cons())
+	}
+	first.Release()
+	in, o := send(1)
+	if o != fabric.OutcomeOK || !in.Place(0, msg) || in.Commit() != fabric.OutcomeOK {
+		t.Fatalf("SEND on QP %d: %v", qb[1].QPN, o)
+	}
+	in.Release()
+	if c := cb.Wait(); c.WRID != 10 || c.Status != abi.WCSuccess || c.QPN != qb[1].QPN || !bytes.Equal(dst.Bytes()[:8], msg) {
+		t.Fatalf("recv %+v: want the given-back WQE 10 on QP %d", c, qb[1].QPN)
+	}
+	if s.Cons() != 1 {
+		t.Fatalf("srq cons %d: the given-back WQE was taken from the ring again", s.Cons())
+	}
+
+	// In progress when its QP goes to ERR: flushed, alone.
+	held, o := send(0)
+	if o != fabric.OutcomeOK || !held.Place(0, msg) {
+		t.Fatalf("Begin: %v", o)
+	}
+	b.Eng.FailQP(qb[0].QPN)
+	if c := cb.Wait(); c.WRID != 11 || c.Status != abi.WCWRFlushErr || c.QPN != qb[0].QPN {
+		t.Fatalf("flush %+v: want WQE 11 flushed on QP %d", c, qb[0].QPN)
+	}
+	b.WaitEvent(abi.EventQPLastWQE, qb[0].QPN)
+	if o := held.Commit(); o == fabric.OutcomeOK {
+		t.Fatal("a flushed receive committed")
+	}
+	held.Release()
+	cb.ExpectNone(5 * time.Millisecond)
+	in, o = send(1)
+	if o != fabric.OutcomeOK || !in.Place(0, msg) || in.Commit() != fabric.OutcomeOK {
+		t.Fatalf("SEND after the other QP's error: %v", o)
+	}
+	in.Release()
+	if c := cb.Wait(); c.WRID != 12 || c.Status != abi.WCSuccess {
+		t.Fatalf("recv %+v: want WQE 12", c)
+	}
+}
