@@ -1,9 +1,11 @@
 package hostile
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -18,7 +20,7 @@ func TestControl(t *testing.T) {
 var controlCases = []hostileCase{
 	{"unknown opcodes", func(t *testing.T, e *env) {
 		s := newSession(t, e.d.socket(victim))
-		for _, op := range []abi.Opcode{0, 21, 22, 255, 1 << 16, 1 << 31, ^abi.Opcode(0)} {
+		for _, op := range []abi.Opcode{0, 25, 26, 255, 1 << 16, 1 << 31, ^abi.Opcode(0)} {
 			s.wantStatus(op, nil, abi.StatusInvalidOpcode)
 		}
 		s.mustCommand(abi.OpQueryDevice, nil)
@@ -88,6 +90,9 @@ var controlCases = []hostileCase{
 			return abi.AppendRequest(nil, abi.OpRegMR, enc(&abi.RegMRReq{PDN: pdn, Access: abi.AccessLocalWrite,
 				IOVA: uint64(k) << 20, Length: 4096, Addr: 0x380000}))
 		})
+		storm(t, s, "SRQ", victimLimits["max_srq"], func(k int) []byte {
+			return abi.AppendRequest(nil, abi.OpCreateSRQ, enc(&abi.CreateSRQReq{PDN: pdn, Size: 4, RingAddr: 0x3c0000 + uint64(k)*0x1000}))
+		})
 		storm(t, s, "AH", victimLimits["max_ah"], func(int) []byte {
 			return abi.AppendRequest(nil, abi.OpCreateAH, enc(&abi.CreateAHReq{PDN: pdn,
 				AH: abi.AHAttr{DGID: abi.GID{0xfe, 0x80, 15: 1}, HopLimit: 1, Port: 1}}))
@@ -95,6 +100,62 @@ var controlCases = []hostileCase{
 		// Everything dropped at once, then the tables fill again.
 		s.mustCommand(abi.OpResetState, nil)
 		storm(t, s, "PD after RESET_STATE", victimLimits["max_pd"], func(int) []byte { return abi.AppendRequest(nil, abi.OpAllocPD, nil) })
+	}},
+	{"SRQ sizes, handles and ownership", func(t *testing.T, e *env) {
+		s := newSession(t, e.d.socket(victim))
+		s.mustCommand(abi.OpResetState, nil)
+		s.doorbellArea(0x200000)
+		pd1 := le.Uint32(s.mustCommand(abi.OpAllocPD, nil))
+		pd2 := le.Uint32(s.mustCommand(abi.OpAllocPD, nil))
+		cqn := le.Uint32(s.mustCommand(abi.OpCreateCQ, enc(&abi.CreateCQReq{RingAddr: 0x300000, Entries: 16})))
+		srq := func(r abi.CreateSRQReq) []byte { return enc(&r) }
+		for _, r := range []abi.CreateSRQReq{
+			{PDN: pd1, Size: 0, RingAddr: 0x310000}, {PDN: pd1, Size: 3, RingAddr: 0x310000},
+			{PDN: pd1, Size: 1 << 31, RingAddr: 0x310000}, {PDN: pd1, Size: 4, MaxSGE: 1 << 20, RingAddr: 0x310000},
+			{PDN: pd1, Size: 4, Limit: 4, RingAddr: 0x310000}, {PDN: pd1, Size: 4, Limit: ^uint32(0), RingAddr: 0x310000},
+			{PDN: pd1, Size: 4, RingAddr: 0x310008},
+		} {
+			s.wantStatus(abi.OpCreateSRQ, srq(r), abi.StatusInvalidArgument)
+		}
+		s.wantStatus(abi.OpCreateSRQ, srq(abi.CreateSRQReq{PDN: 99, Size: 4, RingAddr: 0x310000}), abi.StatusNotFound)
+		s.wantStatus(abi.OpCreateSRQ, srq(abi.CreateSRQReq{PDN: pd1, Size: 4, RingAddr: ramSize - 32}), abi.StatusBadAddress)
+		s.wantStatus(abi.OpCreateSRQ, srq(abi.CreateSRQReq{PDN: pd1, Size: 4, RingAddr: 0x200000}), abi.StatusBadAddress) // the doorbell area
+		srqn := le.Uint32(s.mustCommand(abi.OpCreateSRQ, srq(abi.CreateSRQReq{PDN: pd1, Size: 4, RingAddr: 0x310000})))
+		qp := func(pdn, srqn uint32, rqSize uint32) []byte {
+			return enc(&abi.CreateQPReq{PDN: pdn, Type: abi.QPTypeRC, SendCQN: cqn, RecvCQN: cqn, SRQN: srqn,
+				SQSize: 4, RQSize: rqSize, MaxSendSGE: 1, SQAddr: 0x320000})
+		}
+		s.wantStatus(abi.OpCreateQP, qp(pd2, srqn, 0), abi.StatusPermission)
+		s.wantStatus(abi.OpCreateQP, qp(pd1, srqn+1, 0), abi.StatusNotFound)
+		s.wantStatus(abi.OpCreateQP, qp(pd1, ^uint32(0), 0), abi.StatusNotFound)
+		s.wantStatus(abi.OpCreateQP, qp(pd1, srqn, 4), abi.StatusInvalidArgument)
+		qpn := le.Uint32(s.mustCommand(abi.OpCreateQP, qp(pd1, srqn, 0)))
+		s.wantStatus(abi.OpDestroySRQ, enc(&abi.HandleReq{Handle: srqn}), abi.StatusBusy)
+		s.wantStatus(abi.OpDeallocPD, enc(&abi.HandleReq{Handle: pd1}), abi.StatusBusy)
+		s.wantStatus(abi.OpModifySRQ, enc(&abi.ModifySRQReq{SRQN: srqn, AttrMask: abi.SRQAttrMaxWR, MaxWR: 1 << 30}), abi.StatusNotSupported)
+		s.wantStatus(abi.OpModifySRQ, enc(&abi.ModifySRQReq{SRQN: srqn, AttrMask: ^abi.SRQAttrMask(0)}), abi.StatusInvalidArgument)
+		s.mustCommand(abi.OpDestroyQP, enc(&abi.HandleReq{Handle: qpn}))
+		s.mustCommand(abi.OpDestroySRQ, enc(&abi.HandleReq{Handle: srqn}))
+		s.wantStatus(abi.OpDestroySRQ, enc(&abi.HandleReq{Handle: srqn}), abi.StatusNotFound)
+		s.wantStatus(abi.OpQuerySRQ, enc(&abi.HandleReq{Handle: srqn}), abi.StatusNotFound)
+		// The bystander's SRQ numbers are not the victim's to name.
+		ctx := t.Context()
+		bpd, err := e.by.AllocPD(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bsrq, err := bpd.CreateSRQ(ctx, guestdriver.SRQInit{MaxWR: 4, MaxSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.wantStatus(abi.OpQuerySRQ, enc(&abi.HandleReq{Handle: bsrq.Num()}), abi.StatusNotFound)
+		s.wantStatus(abi.OpCreateQP, qp(pd1, bsrq.Num(), 0), abi.StatusNotFound)
+		if _, err := bsrq.Query(ctx); err != nil {
+			t.Errorf("the bystander's SRQ: %v", err)
+		}
+		if err := errors.Join(bsrq.Destroy(ctx), bpd.Dealloc(ctx)); err != nil {
+			t.Fatal(err)
+		}
 	}},
 	{"RESET_STATE storm", func(t *testing.T, e *env) {
 		s := newSession(t, e.d.socket(victim))

@@ -27,7 +27,7 @@ const (
 
 // victimLimits keep the exhaustion cases short: every table fills in a
 // few hundred commands.
-var victimLimits = map[string]uint32{"max_pd": 64, "max_cq": 16, "max_qp": 16, "max_mr": 64, "max_ah": 16}
+var victimLimits = map[string]uint32{"max_pd": 64, "max_cq": 16, "max_qp": 16, "max_mr": 64, "max_ah": 16, "max_srq": 8}
 
 type daemonProc struct {
 	*daemonproc.Proc
