@@ -88,6 +88,7 @@ func New(src Source) *Collector {
 	f := func(v uint64) float64 { return float64(v) }
 	model("qps", "Live queue pairs.", gauge, func(s *daemon.DeviceState) float64 { return float64(s.Model.Objects.QPs) })
 	model("cqs", "Live completion queues.", gauge, func(s *daemon.DeviceState) float64 { return float64(s.Model.Objects.CQs) })
+	model("srqs", "Live shared receive queues.", gauge, func(s *daemon.DeviceState) float64 { return float64(s.Model.Objects.SRQs) })
 	model("mrs", "Live memory regions.", gauge, func(s *daemon.DeviceState) float64 { return float64(s.Model.Objects.MRs) })
 	model("pds", "Live protection domains.", gauge, func(s *daemon.DeviceState) float64 { return float64(s.Model.Objects.PDs) })
 	model("pinned_bytes", "Guest memory the device keeps pinned for DMA.", gauge, func(s *daemon.DeviceState) float64 { return f(s.Model.Pins.PinnedBytes) })
