@@ -19,6 +19,7 @@
 /* The provider's sources, so that the test reaches its static functions. */
 #include "cq.c"
 #include "qp.c"
+#include "srq.c"
 #include "vstellar.c"
 #include "verbs.c"
 
@@ -33,7 +34,7 @@ static int failures;
 		}                                                            \
 	} while (0)
 
-#define RECORDS 8
+#define RECORDS 10
 #define PAGE 4096
 
 static struct vstellar_context ctx;
@@ -510,11 +511,58 @@ static void test_wakeup(void)
 	       atomic_load(&engine_sleeps));
 }
 
+/*
+ * ibv_post_srq_recv: WQEs into the SRQ's ring, the producer index into its
+ * record, no wake-up (the device takes receives as messages arrive); a
+ * QP on an SRQ refuses ibv_post_recv.
+ */
+static void test_post_srq_recv(void)
+{
+	struct vstellar_srq *srq = calloc(1, sizeof(*srq));
+	struct vstellar_qp *qp = make_qp(4, 2, 1, 0, 7, false);
+	struct ibv_sge sg = { .addr = 0x3000, .length = 64, .lkey = 9 };
+	struct ibv_recv_wr wr2 = { .wr_id = 12, .sg_list = &sg, .num_sge = 1 };
+	struct ibv_recv_wr wr = { .wr_id = 11, .sg_list = &sg, .num_sge = 1,
+				  .next = &wr2 };
+	struct ibv_recv_wr *bad_wr;
+	struct vstellar_recv_wqe *w;
+	uint16_t kicks = *notify;
+
+	srq->rec = vstellar_db_record(&ctx, 8);
+	setup_wq(&srq->wq, 2, 32, 1, &srq->rec->prod, &srq->rec->cons);
+	srq->vsrq.srq.context = &ctx.ibv_ctx.context;
+	w = (void *)srq->wq.ring;
+	*(__le32 *)db = htole32(VSTELLAR_ENGINE_IDLE);
+	CHECK(vstellar_post_srq_recv(&srq->vsrq.srq, &wr, &bad_wr) == 0);
+	CHECK(le64toh(w[0].wr_id) == 11 && le64toh(w[2].wr_id) == 12);
+	CHECK(le32toh(srq->rec->prod) == 2);
+	CHECK(*notify == kicks);	/* an idle engine, and still no kick */
+	*(__le32 *)db = 0;
+	/* Full until the device takes one (cons). */
+	CHECK(vstellar_post_srq_recv(&srq->vsrq.srq, &wr2, &bad_wr) == ENOMEM &&
+	      bad_wr == &wr2);
+	srq->rec->cons = htole32(1);
+	CHECK(vstellar_post_srq_recv(&srq->vsrq.srq, &wr2, &bad_wr) == 0);
+	CHECK(le32toh(srq->rec->prod) == 3);
+	sg.length = 0;
+	wr.num_sge = 2;
+	wr.next = NULL;
+	CHECK(vstellar_post_srq_recv(&srq->vsrq.srq, &wr, &bad_wr) == EINVAL &&
+	      bad_wr == &wr);
+
+	qp->on_srq = true;
+	wr.num_sge = 1;
+	CHECK(vstellar_post_recv(&qp->vqp.qp, &wr, &bad_wr) == EINVAL &&
+	      bad_wr == &wr);
+	CHECK(le32toh(qp->rec->rq_prod) == 0);
+}
+
 int main(void)
 {
 	setup_ctx();
 	test_post_send();
 	test_post_recv();
+	test_post_srq_recv();
 	test_wr_api();
 	test_cq();
 	test_wakeup();
