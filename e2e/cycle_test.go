@@ -81,6 +81,30 @@ func cycleDaemon(t *testing.T, extraEnv ...string) (cmd *exec.Cmd, runDir, metri
 	}
 }
 
+// settledFDs counts pid's open fds once the count holds still for 50 ms:
+// the test's own connections (the API client's, the last sample's metrics
+// request) close on the daemon's side a moment after the test lets go.
+func settledFDs(t *testing.T, pid int) int {
+	t.Helper()
+	count := func() int {
+		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(fds)
+	}
+	n := count()
+	for range 20 {
+		time.Sleep(50 * time.Millisecond)
+		m := count()
+		if m == n {
+			break
+		}
+		n = m
+	}
+	return n
+}
+
 func cycleMeasure(t *testing.T, pid int, metrics string) cycleSample {
 	t.Helper()
 	var s cycleSample
@@ -110,12 +134,11 @@ func cycleMeasure(t *testing.T, pid int, metrics string) cycleSample {
 		t.Fatal(err)
 	}
 	s.maps = strings.Count(string(maps), "\n")
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.fds = len(fds)
-	resp, err := http.Get("http://" + metrics + "/metrics")
+	s.fds = settledFDs(t, pid)
+	// No keep-alive: an idle connection left from the last sample would
+	// be one more fd in the daemon at the next.
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + metrics + "/metrics")
 	if err != nil {
 		t.Fatalf("metrics: %v", err)
 	}
