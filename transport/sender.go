@@ -97,21 +97,21 @@ type sender struct {
 	lost     int // packets in pktLost: the retransmission queue
 
 	// RTT and timers (ns).
-	srtt, rttvar, rto int64
-	rtoAt             int64 // 0: not armed
-	retries           int   // consecutive timeouts without progress
-	rackSentAt        int64 // latest send time of an acknowledged packet
-	lastTS            int64 // the last timestamp sent: each packet's is unique
-	echo              int64 // the timestamp the ACK being handled echoes
-	ro                reorder
-	rackAt            int64 // 0: no reordering deadline
-	rnrAt             int64 // 0: no RNR wait
-	highAcked         uint32
-	haveHigh          bool
-	gbnRecover        uint32 // go-back-N: no new go-back before una passes it
-	gbnActive         bool
-	respAt            int64      // 0: no response awaited; else when to give up waiting
-	pending           []response // responses waiting for room
+	rttEstimator
+	rtoAt      int64 // 0: not armed
+	retries    int   // consecutive timeouts without progress
+	rackSentAt int64 // latest send time of an acknowledged packet
+	lastTS     int64 // the last timestamp sent: each packet's is unique
+	echo       int64 // the timestamp the ACK being handled echoes
+	ro         reorder
+	rackAt     int64 // 0: no reordering deadline
+	rnrAt      int64 // 0: no RNR wait
+	highAcked  uint32
+	haveHigh   bool
+	gbnRecover uint32 // go-back-N: no new go-back before una passes it
+	gbnActive  bool
+	respAt     int64      // 0: no response awaited; else when to give up waiting
+	pending    []response // responses waiting for room
 	// peerCommitted: the receiver committed every msn below it.
 	peerCommitted uint32
 	busyState
@@ -777,7 +777,7 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 			c.fail(StatusRetryExceeded)
 			return
 		}
-		s.rto = min(2*s.rto, dur(c.cfg.RTOMax))
+		s.backOff(dur(c.cfg.RTOMax))
 		s.respAt = now + s.rto
 	}
 	if s.rtoAt != 0 && now >= s.rtoAt {
@@ -803,7 +803,7 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 		c.cfg.Path.OnTimeout(now)
 		s.loseAll(c, now, false, lostByTimeout)
 		s.gbnActive = false
-		s.rto = min(2*s.rto, dur(c.cfg.RTOMax))
+		s.backOff(dur(c.cfg.RTOMax))
 		s.rtoAt = now + s.rto
 	}
 }
@@ -824,7 +824,8 @@ func (s *sender) flush(c *Conn, st Status) {
 	s.lost = 0
 }
 
-// sampleRTT feeds the RFC 6298 estimator.
+// sampleRTT feeds the RFC 6298 estimator and the reordering window's
+// minimum RTT.
 func (s *sender) sampleRTT(rtt int64) {
 	if rtt <= 0 {
 		return
@@ -832,24 +833,10 @@ func (s *sender) sampleRTT(rtt int64) {
 	if s.ro.minRTT == 0 || rtt < s.ro.minRTT {
 		s.ro.minRTT = rtt
 	}
-	if s.srtt == 0 {
-		s.srtt, s.rttvar = rtt, rtt/2
-		return
-	}
-	d := s.srtt - rtt
-	if d < 0 {
-		d = -d
-	}
-	s.rttvar = (3*s.rttvar + d) / 4
-	s.srtt = (7*s.srtt + rtt) / 8
+	s.rttEstimator.sample(rtt)
 }
 
-func (s *sender) rtoValue() int64 {
-	if s.srtt == 0 {
-		return dur(s.cfg.RTOInit)
-	}
-	return max(dur(s.cfg.RTOMin), min(s.srtt+4*s.rttvar, dur(s.cfg.RTOMax)))
-}
+func (s *sender) rtoValue() int64 { return s.rtoFor(s.cfg) }
 
 // inRange reports lo <= x < hi in serial arithmetic.
 func inRange(x, lo, hi uint32) bool { return x-lo < hi-lo }
