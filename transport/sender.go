@@ -117,12 +117,8 @@ type sender struct {
 	busyState
 	undo undoEpisode
 
-	// Pacing (if the CC is a Pacer): no data packet leaves before
-	// paceNext; paceAt is paceNext while a packet waits for it (the
-	// deadline Timeout reports), else 0.
-	pacer            Pacer
-	paceNext, paceAt int64
-	ackRun           ackRun
+	pace   pacing
+	ackRun ackRun
 }
 
 // ackRun gathers, within one acknowledgement, consecutive newly
@@ -157,7 +153,7 @@ type busyState struct {
 func (s *sender) init(cfg *Config) {
 	s.cfg = cfg
 	s.rto = dur(cfg.RTOInit)
-	s.pacer, _ = cfg.CC.(Pacer)
+	s.pace.pacer, _ = cfg.CC.(Pacer)
 }
 
 func (s *sender) msg(msn uint32) *outMsg { return &s.msgs[msn%maxMessages] }
@@ -238,22 +234,21 @@ func (s *sender) window() int {
 }
 
 func (s *sender) transmit(c *Conn, now int64, buf []byte) ([]byte, uint16, bool) {
-	s.paceAt = 0
+	s.pace.at = 0
 	if s.inFlight >= s.window() {
 		return nil, 0, false
 	}
 	if s.lost == 0 && !s.haveNew() {
 		return nil, 0, false
 	}
-	if s.pacer != nil && now < s.paceNext {
+	if s.pace.hold(now) {
 		// Something waits for the pacer only: Timeout wakes the driver
 		// then.
-		s.paceAt = s.paceNext
 		return nil, 0, false
 	}
 	pkt, path, ok := s.transmitData(c, now, buf)
-	if ok && s.pacer != nil {
-		s.paced(now, len(pkt))
+	if ok {
+		s.pace.sent(now, s.srtt, len(pkt))
 	}
 	return pkt, path, ok
 }
@@ -268,20 +263,6 @@ func (s *sender) haveNew() bool {
 		s.cur++
 	}
 	return s.cur != s.msnNxt
-}
-
-// paced moves the pacing slot past a packet of n bytes sent at now. A
-// send later than its slot (a late timer, or idleness) keeps up to half
-// a gap of credit, as Linux TCP's internal pacing does, so a driver
-// whose timers fire late does not lose rate, and an idle connection does
-// not burst.
-func (s *sender) paced(now int64, n int) {
-	gap := s.pacer.PacingGap(s.srtt, n)
-	if gap <= 0 {
-		s.paceNext = 0
-		return
-	}
-	s.paceNext = max(s.paceNext, now-gap/2) + gap
 }
 
 // transmitData sends a retransmission or, if none waits, a new packet;
@@ -720,7 +701,7 @@ func (s *sender) nak(c *Conn, now int64, a *wire.Ack) {
 
 func (s *sender) timeout() (int64, bool) {
 	at := int64(0)
-	for _, t := range [...]int64{s.rtoAt, s.rackAt, s.rnrAt, s.respAt, s.paceAt, s.probeAt} {
+	for _, t := range [...]int64{s.rtoAt, s.rackAt, s.rnrAt, s.respAt, s.pace.at, s.probeAt} {
 		if t != 0 && (at == 0 || t < at) {
 			at = t
 		}
@@ -729,9 +710,9 @@ func (s *sender) timeout() (int64, bool) {
 }
 
 func (s *sender) handleTimeout(c *Conn, now int64) {
-	if s.paceAt != 0 && now >= s.paceAt {
+	if s.pace.at != 0 && now >= s.pace.at {
 		// The driver transmits next; Transmit sets it again if it must.
-		s.paceAt = 0
+		s.pace.at = 0
 	}
 	if s.rnrAt != 0 && now >= s.rnrAt {
 		s.rnrAt = 0
@@ -819,7 +800,7 @@ func (s *sender) flush(c *Conn, st Status) {
 		s.msnUna++
 	}
 	s.pending = nil
-	s.rtoAt, s.rackAt, s.rnrAt, s.respAt, s.paceAt = 0, 0, 0, 0, 0
+	s.rtoAt, s.rackAt, s.rnrAt, s.respAt, s.pace.at = 0, 0, 0, 0, 0
 	s.busyState = busyState{}
 	s.lost = 0
 }
