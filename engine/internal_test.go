@@ -57,38 +57,6 @@ func TestOpcodeOutsideTheEngine(t *testing.T) {
 	}
 }
 
-func TestCopyViews(t *testing.T) {
-	m, err := guestmem.MapAnonymous(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Unmap()
-	v := m.View()
-	for i := range 100 {
-		v.Bytes()[i] = byte(i)
-	}
-	sub := func(off, n uint64) guestmem.View { s, _ := v.Sub(off, n); return s }
-	src := []guestmem.View{sub(0, 3), {}, sub(3, 7), sub(10, 20)}
-	dst := []guestmem.View{sub(1000, 10), sub(2000, 5), sub(3000, 100)}
-	if n := copyViews(dst, src); n != 30 {
-		t.Fatalf("copied %d", n)
-	}
-	for i := range 30 {
-		var got byte
-		switch {
-		case i < 10:
-			got = v.Bytes()[1000+i]
-		case i < 15:
-			got = v.Bytes()[2000+i-10]
-		default:
-			got = v.Bytes()[3000+i-15]
-		}
-		if got != byte(i) {
-			t.Fatalf("byte %d = %d", i, got)
-		}
-	}
-}
-
 // fuzzMTT builds a table with two regions of PD 1 and one of PD 2 over
 // real memory, for the fuzzer's SGEs to hit and miss.
 func fuzzMTT(t testing.TB) (*emtt.Table, []uint32) {

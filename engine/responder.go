@@ -136,7 +136,7 @@ func (e *Engine) respWrite(q *qp, a *abi.QPAttr, req *fabric.Request, imm bool) 
 		if o != fabric.OutcomeOK {
 			return o
 		}
-		copyViews(dst, req.Local)
+		guestmem.CopyViews(dst, req.Local)
 		e.st.bytesReceived.Add(req.Len)
 	}
 	if imm {
@@ -164,7 +164,7 @@ func (e *Engine) respSend(q *qp, req *fabric.Request) fabric.Outcome {
 		e.failRecv(q, rw.WRID, abi.WCLocLenErr, req)
 		return fabric.OutcomeInvalidRequest
 	}
-	copyViews(dst, req.Local)
+	guestmem.CopyViews(dst, req.Local)
 	e.st.bytesReceived.Add(req.Len)
 	cqe := abi.CQE{WRID: rw.WRID, Opcode: abi.WCRecv, ByteLen: uint32(req.Len)}
 	if req.Op == fabric.OpSendImm {
@@ -285,7 +285,7 @@ func (e *Engine) respRead(q *qp, a *abi.QPAttr, req *fabric.Request) fabric.Outc
 	if o != fabric.OutcomeOK {
 		return o
 	}
-	copyViews(req.Local, src)
+	guestmem.CopyViews(req.Local, src)
 	e.st.bytesSent.Add(req.Len)
 	return fabric.OutcomeOK
 }

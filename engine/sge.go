@@ -41,26 +41,3 @@ func gatherSGEs(mtt *emtt.Table, h *pvdma.Hold, dst []guestmem.View, b []byte, n
 	}
 	return dst, total, abi.WCSuccess
 }
-
-// copyViews copies from the src views into the dst views, in order, until
-// either list ends, and returns the bytes copied. This is the data path's
-// only copy of payload bytes: straight from one guest's memory into the
-// other's.
-func copyViews(dst, src []guestmem.View) uint64 {
-	var total uint64
-	di, si := 0, 0
-	var doff, soff uint64
-	for di < len(dst) && si < len(src) {
-		n := uint64(copy(dst[di].Bytes()[doff:], src[si].Bytes()[soff:]))
-		total += n
-		doff += n
-		soff += n
-		if doff == dst[di].Len() {
-			di, doff = di+1, 0
-		}
-		if soff == src[si].Len() {
-			si, soff = si+1, 0
-		}
-	}
-	return total
-}

@@ -65,11 +65,9 @@ type incoming struct {
 	// receive buffers of SEND*), pinned by hold until Release.
 	views []guestmem.View
 	hold  pvdma.Hold
-	// cur and curOff cache where the last copy ended (the view index and
-	// its offset in the message), so in-order pieces find their view at
-	// once.
-	cur    int
-	curOff uint64
+	// cur caches where the last copy ended, so in-order pieces find
+	// their view at once.
+	cur guestmem.Cursor
 
 	placed    uint64
 	value     uint64
@@ -368,7 +366,7 @@ func (in *incoming) Place(off uint64, b []byte) (ok bool) {
 		return false
 	}
 	var n uint64
-	if !in.guard("place", func() { n = in.copyAt(off, b, true) }) {
+	if !in.guard("place", func() { n = uint64(in.cur.CopyIn(in.views, off, b)) }) {
 		in.dead = true
 		return false
 	}
@@ -474,7 +472,7 @@ func (in *incoming) ReadAt(p []byte, off uint64) (ok bool) {
 		return false
 	}
 	var n uint64
-	if !in.guard("read", func() { n = in.copyAt(off, p, false) }) {
+	if !in.guard("read", func() { n = uint64(in.cur.CopyOut(p, in.views, off)) }) {
 		return false
 	}
 	e.st.bytesSent.Add(n)
@@ -507,38 +505,6 @@ func (in *incoming) Release() {
 	if in.op != fabric.OpRead {
 		e.putIncoming(in)
 	}
-}
-
-// copyAt copies between b and the message bytes [off, off+len(b)) of the
-// target views: into them if in, else out of them. It returns the bytes
-// copied (fewer only if the views end first).
-func (in *incoming) copyAt(off uint64, b []byte, into bool) uint64 {
-	vs := in.views
-	i, base := in.cur, in.curOff
-	if i >= len(vs) || off < base {
-		i, base = 0, 0
-	}
-	for i < len(vs) && off >= base+vs[i].Len() {
-		base += vs[i].Len()
-		i++
-	}
-	var n uint64
-	for i < len(vs) && n < uint64(len(b)) {
-		v := vs[i].Bytes()[off+n-base:]
-		var c int
-		if into {
-			c = copy(v, b[n:])
-		} else {
-			c = copy(b[n:], v)
-		}
-		n += uint64(c)
-		if off+n-base == vs[i].Len() {
-			base += vs[i].Len()
-			i++
-		}
-	}
-	in.cur, in.curOff = i, base
-	return n
 }
 
 // link adds in to q's open Incomings. Caller holds rmu.

@@ -38,7 +38,7 @@ func (c *Chain) ReadAll(dst []byte) int { return c.CopyOut(dst, 0) }
 // CopyOut gathers readable bytes starting off bytes into the readable part
 // into dst and returns the number copied.
 func (c *Chain) CopyOut(dst []byte, off uint64) int {
-	return gather(c.Readable, dst, off)
+	return guestmem.CopyOutViews(dst, c.Readable, off)
 }
 
 // WriteAll scatters src into the writable part of the chain from its start
@@ -49,32 +49,7 @@ func (c *Chain) WriteAll(src []byte) uint32 { return c.WriteAt(src, 0) }
 // WriteAt scatters src into the writable part starting off bytes in and
 // returns the number of bytes written.
 func (c *Chain) WriteAt(src []byte, off uint64) uint32 {
-	return uint32(walk(c.Writable, src, off, func(v guestmem.View, o uint64, b []byte) int { return v.CopyIn(o, b) }))
-}
-
-func gather(vs []guestmem.View, dst []byte, off uint64) int {
-	return walk(vs, dst, off, func(v guestmem.View, o uint64, b []byte) int { return v.CopyOut(b, o) })
-}
-
-// walk copies between b and the buffers vs, starting off bytes into them;
-// cp moves one buffer's share. It returns the bytes copied.
-func walk(vs []guestmem.View, b []byte, off uint64, cp func(v guestmem.View, off uint64, b []byte) int) int {
-	n := 0
-	for _, v := range vs {
-		if len(b) == 0 {
-			break
-		}
-		l := v.Len()
-		if off >= l {
-			off -= l
-			continue
-		}
-		k := cp(v, off, b)
-		off = 0
-		b = b[k:]
-		n += k
-	}
-	return n
+	return uint32(guestmem.CopyInViews(c.Writable, off, src))
 }
 
 // Pop returns the next available chain, or ok=false when the driver has
