@@ -198,7 +198,7 @@ func readSecret(path string) ([]byte, error) {
 // startFabric opens the cross-host fabric, if one is configured, and
 // makes it the devices' fabric: once, before the first device. Its I/O
 // loop runs until Shutdown.
-func (m *Manager) startFabric() error {
+func (m *Manager) startFabric(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	spec := m.cfg.Fabric
@@ -216,7 +216,7 @@ func (m *Manager) startFabric() error {
 	var f *remote.Fabric
 	open := func() error {
 		var err error
-		f, err = remote.New(cfg)
+		f, err = remote.New(ctx, cfg)
 		return err
 	}
 	if m.cfg.ListenIn != nil {

@@ -134,7 +134,7 @@ func (m *Manager) CreateDevice(ctx context.Context, spec api.DeviceSpec) (api.De
 	if err := m.prepareRunDir(); err != nil {
 		return api.DeviceInfo{}, err
 	}
-	if err := m.startFabric(); err != nil {
+	if err := m.startFabric(ctx); err != nil {
 		return api.DeviceInfo{}, err
 	}
 	name := spec.Name

@@ -44,7 +44,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := m.prepareRunDir(); err != nil {
 		return err
 	}
-	if err := m.startFabric(); err != nil {
+	if err := m.startFabric(ctx); err != nil {
 		shutdown()
 		return err
 	}

@@ -34,7 +34,7 @@ func crossHosts(t *testing.T, tc transport.Config) (fa, fb *remote.Fabric) {
 	secret := []byte("engine-crosshost-secret")
 	fs := make([]*remote.Fabric, 2)
 	for i, c := range []string{"a", "b"} {
-		f, err := remote.New(remote.Config{Listen: netip.MustParseAddrPort("127.0.0.1:0"), GIDPrefix: prefix(c), Secret: secret,
+		f, err := remote.New(t.Context(), remote.Config{Listen: netip.MustParseAddrPort("127.0.0.1:0"), GIDPrefix: prefix(c), Secret: secret,
 			Transport: tc})
 		if err != nil {
 			t.Fatal(err)

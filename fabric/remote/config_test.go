@@ -64,7 +64,7 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		cfg := validConfig()
 		c.mod(&cfg)
-		f, err := remote.New(cfg)
+		f, err := remote.New(t.Context(), cfg)
 		if err == nil {
 			f.Close()
 			t.Errorf("%s: accepted", c.name)
@@ -79,7 +79,7 @@ func TestConfigErrors(t *testing.T) {
 	cfg := validConfig()
 	cfg.Peers[0].GIDPrefix = pfx("fd00:0:0:2::7/64")
 	cfg.Peers = append(cfg.Peers, remote.Peer{GIDPrefix: pfx("::ffff:10.9.0.0/112"), Addr: ap("10.0.0.9:4791")})
-	f, err := remote.New(cfg)
+	f, err := remote.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestRouteLongestPrefix(t *testing.T) {
 		{GIDPrefix: pfx("fd00::/16"), Addr: ap("10.0.0.1:1")},
 		{GIDPrefix: pfx("fd00:0:0:2::/64"), Addr: ap("10.0.0.2:1")},
 	}
-	f, err := remote.New(cfg)
+	f, err := remote.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func FuzzParsePeers(f *testing.F) {
 func TestInterfaceLoopback(t *testing.T) {
 	cfg := validConfig()
 	cfg.Interface, cfg.Peers = "lo", nil
-	f, err := remote.New(cfg)
+	f, err := remote.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestInterfaceLoopback(t *testing.T) {
 		t.Fatalf("bound %v, MTU %d", f.Addr(), f.MTU())
 	}
 	cfg.Listen = netip.MustParseAddrPort("0.0.0.0:0")
-	if f, err := remote.New(cfg); !errors.Is(err, hostnet.ErrNoAddress) || !errors.Is(err, remote.ErrInterface) {
+	if f, err := remote.New(t.Context(), cfg); !errors.Is(err, hostnet.ErrNoAddress) || !errors.Is(err, remote.ErrInterface) {
 		if err == nil {
 			f.Close()
 		}

@@ -71,12 +71,14 @@ var (
 	_ fabric.Connector = (*Fabric)(nil)
 )
 
-// New validates cfg and opens the socket. Run drives it.
-func New(cfg Config) (*Fabric, error) {
+// New validates cfg and opens the socket. Run drives it. ctx bounds the
+// setup (resolving cfg.Interface, opening the socket), not the Fabric's
+// life: Close ends that.
+func New(ctx context.Context, cfg Config) (*Fabric, error) {
 	var ifc hostnet.Interface
 	if cfg.Interface != "" {
 		var err error
-		if cfg, ifc, err = cfg.fromInterface(context.Background()); err != nil {
+		if cfg, ifc, err = cfg.fromInterface(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -87,7 +89,12 @@ func New(cfg Config) (*Fabric, error) {
 	if cfg.Interface != "" && !ifc.Running {
 		cfg.Log.Warn("remote fabric: interface not running (no carrier?): no traffic until it is", "interface", cfg.Interface, "state", ifc.OperState)
 	}
-	sock, err := udp.Listen(context.Background(), udp.Config{Addr: cfg.Listen, Interface: cfg.Interface, Paths: cfg.Paths,
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("remote: Listen %v: %w", cfg.Listen, err)
+	}
+	// The socket lives until Close, not until the caller's ctx ends
+	// (udp.Listen closes it when its ctx is done).
+	sock, err := udp.Listen(context.WithoutCancel(ctx), udp.Config{Addr: cfg.Listen, Interface: cfg.Interface, Paths: cfg.Paths,
 		RecvBuffer: cfg.SocketBuffer, SendBuffer: cfg.SocketBuffer, Logger: cfg.Log})
 	if err != nil {
 		return nil, fmt.Errorf("remote: Listen %v: %w", cfg.Listen, err)

@@ -47,7 +47,7 @@ func newFuzzRig(tb testing.TB) *fuzzRig {
 	tb.Helper()
 	fs := make([]*remote.Fabric, 2)
 	for i, c := range []string{"a", "b"} {
-		f, err := remote.New(remote.Config{Listen: netip.MustParseAddrPort("127.0.0.1:0"), GIDPrefix: fuzzPrefix(c), Secret: secret})
+		f, err := remote.New(tb.Context(), remote.Config{Listen: netip.MustParseAddrPort("127.0.0.1:0"), GIDPrefix: fuzzPrefix(c), Secret: secret})
 		if err != nil {
 			tb.Fatal(err)
 		}

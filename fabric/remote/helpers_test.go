@@ -334,7 +334,7 @@ type opts struct {
 
 func newHost(t testing.TB, prefix, gid string, o opts) *host {
 	t.Helper()
-	f, err := remote.New(remote.Config{
+	f, err := remote.New(t.Context(), remote.Config{
 		Listen:    netip.MustParseAddrPort("127.0.0.1:0"),
 		GIDPrefix: netip.MustParsePrefix(prefix),
 		Secret:    secret,

@@ -45,7 +45,7 @@ func ifaceHost(t *testing.T, h *netlab.Host, prefix, gid string) *host {
 	var f *remote.Fabric
 	if err := h.Do(func() error {
 		var err error
-		f, err = remote.New(remote.Config{
+		f, err = remote.New(t.Context(), remote.Config{
 			Listen:    netip.MustParseAddrPort("0.0.0.0:0"),
 			Interface: h.Iface(),
 			GIDPrefix: netip.MustParsePrefix(prefix),
@@ -134,7 +134,7 @@ func TestInterfaceErrors(t *testing.T) {
 	}
 	open := func(c remote.Config) error {
 		return h.Do(func() error {
-			f, err := remote.New(c)
+			f, err := remote.New(t.Context(), c)
 			if err == nil {
 				f.Close()
 			}

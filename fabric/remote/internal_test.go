@@ -27,7 +27,7 @@ func TestIDCollision(t *testing.T) {
 	orig := identity
 	identity = func([]byte, uint32, fabric.Addr, fabric.Addr, uint32) (uint32, uint64) { return 42, 7 }
 	defer func() { identity = orig }()
-	f, err := New(Config{
+	f, err := New(t.Context(), Config{
 		Listen:    netip.MustParseAddrPort("127.0.0.1:0"),
 		GIDPrefix: netip.MustParsePrefix("fd00:0:0:1::/64"),
 		Peers:     []Peer{{GIDPrefix: netip.MustParsePrefix("fd00:0:0:2::/64"), Addr: netip.MustParseAddrPort("127.0.0.1:9")}},

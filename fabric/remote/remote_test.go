@@ -587,7 +587,7 @@ func TestPostNeverBlocks(t *testing.T) {
 // idempotent, and Run, Connect and Register after it fail.
 func TestRunAndClose(t *testing.T) {
 	_, b := pair(t, opts{})
-	f, err := remote.New(remote.Config{
+	f, err := remote.New(t.Context(), remote.Config{
 		Listen:    netip.MustParseAddrPort("127.0.0.1:0"),
 		GIDPrefix: netip.MustParsePrefix("fd00:0:0:1::/64"),
 		Peers:     []remote.Peer{{GIDPrefix: netip.MustParsePrefix("fd00:0:0:2::/64"), Addr: b.f.Addr()}},
@@ -719,7 +719,7 @@ func TestPacketsFitMTU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := remote.New(remote.Config{
+		f, err := remote.New(t.Context(), remote.Config{
 			Listen:    netip.MustParseAddrPort("127.0.0.1:0"),
 			GIDPrefix: netip.MustParsePrefix("fd00:0:0:1::/64"),
 			Peers:     []remote.Peer{{GIDPrefix: netip.MustParsePrefix("fd00:0:0:2::/64"), Addr: peer.LocalAddr().(*net.UDPAddr).AddrPort()}},
