@@ -358,8 +358,8 @@ func (in *incoming) Place(off uint64, b []byte) (ok bool) {
 	switch {
 	case in.released || in.dead || in.committed:
 		return false
-	case in.op == fabric.OpRead || in.op == fabric.OpCmpSwap || in.op == fabric.OpFetchAdd:
-		in.dead = true // these carry no payload
+	case in.op.HasResponse():
+		in.dead = true // READ and the atomics place nothing
 		return false
 	case off > in.len || uint64(len(b)) > in.len-off || !in.live():
 		in.dead = true

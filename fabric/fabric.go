@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/transport/wire"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -32,6 +33,49 @@ const (
 
 var opNames = [...]string{OpWrite: "WRITE", OpWriteImm: "WRITE_IMM", OpSend: "SEND", OpSendImm: "SEND_IMM",
 	OpRead: "READ", OpCmpSwap: "CMP_SWAP", OpFetchAdd: "FETCH_ADD"}
+
+// wireOps maps an Op to the transport's (0: none): the one conversion
+// between the two, both ways (Wire, OpFromWire).
+var wireOps = [...]wire.Op{
+	OpWrite: wire.OpWrite, OpWriteImm: wire.OpWriteImm, OpSend: wire.OpSend, OpSendImm: wire.OpSendImm,
+	OpRead: wire.OpReadReq, OpCmpSwap: wire.OpCmpSwap, OpFetchAdd: wire.OpFetchAdd,
+}
+
+// Wire is o on the cross-host wire, or 0 when o is not an operation.
+func (o Op) Wire() wire.Op {
+	if int(o) < len(wireOps) {
+		return wireOps[o]
+	}
+	return 0
+}
+
+// OpFromWire is the request w stands for; false when w is not a request
+// (a response, or unknown).
+func OpFromWire(w wire.Op) (Op, bool) {
+	if int(w) < len(fromWire) && fromWire[w] != 0 {
+		return fromWire[w], true
+	}
+	return 0, false
+}
+
+// fromWire inverts wireOps (TestOpWireRoundTrip holds them together).
+var fromWire = [...]Op{
+	wire.OpWrite: OpWrite, wire.OpWriteImm: OpWriteImm, wire.OpSend: OpSend, wire.OpSendImm: OpSendImm,
+	wire.OpReadReq: OpRead, wire.OpCmpSwap: OpCmpSwap, wire.OpFetchAdd: OpFetchAdd,
+}
+
+// IsAtomic, ConsumesRecv and HasResponse are the kinds wire.Op defines.
+
+// IsAtomic reports CMP_SWAP and FETCH_ADD.
+func (o Op) IsAtomic() bool { return o.Wire().IsAtomic() }
+
+// ConsumesRecv reports an op that takes a receive WQE at the responder
+// (SEND, SEND_IMM, WRITE_IMM).
+func (o Op) ConsumesRecv() bool { return o.Wire().ConsumesRecv() }
+
+// HasResponse reports an op whose responder sends data back (READ and
+// the atomics).
+func (o Op) HasResponse() bool { return o.Wire().AwaitsResponse() }
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && opNames[o] != "" {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/transport/wire"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -123,5 +124,30 @@ func TestOutcomeAndOpNames(t *testing.T) {
 	a := fabric.Addr{GID: gid(1), QPN: 7}
 	if a.String() == "" {
 		t.Fatal("addr string")
+	}
+}
+
+// TestOpWireRoundTrip: every Op has a wire op that maps back to it, the
+// kinds agree with the wire's, and responses and unknown ops are no
+// request.
+func TestOpWireRoundTrip(t *testing.T) {
+	for o := fabric.OpWrite; o <= fabric.OpFetchAdd; o++ {
+		w := o.Wire()
+		if back, ok := fabric.OpFromWire(w); !ok || back != o {
+			t.Errorf("%v -> %v -> %v, %v", o, w, back, ok)
+		}
+		if o.IsAtomic() != (o == fabric.OpCmpSwap || o == fabric.OpFetchAdd) ||
+			o.ConsumesRecv() != (o == fabric.OpSend || o == fabric.OpSendImm || o == fabric.OpWriteImm) ||
+			o.HasResponse() != (o == fabric.OpRead || o.IsAtomic()) {
+			t.Errorf("%v: kinds", o)
+		}
+	}
+	for _, w := range []wire.Op{0, wire.OpReadResp, wire.OpAtomicResp, 200} {
+		if o, ok := fabric.OpFromWire(w); ok {
+			t.Errorf("%v is request %v", w, o)
+		}
+	}
+	if fabric.Op(0).Wire() != 0 || fabric.Op(99).Wire() != 0 || fabric.Op(0).IsAtomic() {
+		t.Error("unknown op has a wire op")
 	}
 }

@@ -67,16 +67,14 @@ func (m *Message) validate() error {
 }
 
 // isAtomic reports an atomic request.
-func isAtomic(op wire.Op) bool { return op == wire.OpCmpSwap || op == wire.OpFetchAdd }
+func isAtomic(op wire.Op) bool { return op.IsAtomic() }
 
 // awaitsResponse reports whether op completes only when its response has
 // arrived.
-func awaitsResponse(op wire.Op) bool { return op == wire.OpReadReq || isAtomic(op) }
+func awaitsResponse(op wire.Op) bool { return op.AwaitsResponse() }
 
 // consumesRecv reports whether op takes a receive WQE at the receiver.
-func consumesRecv(op wire.Op) bool {
-	return op == wire.OpSend || op == wire.OpSendImm || op == wire.OpWriteImm
-}
+func consumesRecv(op wire.Op) bool { return op.ConsumesRecv() }
 
 // Status is how a message ended.
 type Status uint8

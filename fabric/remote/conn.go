@@ -64,26 +64,17 @@ func newConn(f *Fabric, c fabric.Connection, id uint32, r fabric.StreamResponder
 	return cn
 }
 
-// wireOp maps a fabric op to the transport's.
-var wireOp = [...]wire.Op{
-	fabric.OpWrite: wire.OpWrite, fabric.OpWriteImm: wire.OpWriteImm, fabric.OpSend: wire.OpSend,
-	fabric.OpSendImm: wire.OpSendImm, fabric.OpRead: wire.OpReadReq, fabric.OpCmpSwap: wire.OpCmpSwap,
-	fabric.OpFetchAdd: wire.OpFetchAdd,
-}
-
-func isAtomic(op fabric.Op) bool { return op == fabric.OpCmpSwap || op == fabric.OpFetchAdd }
-
 // post hands req to the endpoint, which sends it at once or queues it;
 // the loop completes it.
 func (c *conn) post(req *fabric.Request, comp fabric.Completer) {
-	if int(req.Op) >= len(wireOp) || wireOp[req.Op] == 0 || req.Len > wire.MaxMsgLen {
+	if req.Op.Wire() == 0 || req.Len > wire.MaxMsgLen {
 		comp.Complete(req, fabric.OutcomeLocalError)
 		return
 	}
-	m := transport.Message{Op: wireOp[req.Op], Len: uint32(req.Len), RAddr: req.RemoteAddr, RKey: req.RKey,
+	m := transport.Message{Op: req.Op.Wire(), Len: uint32(req.Len), RAddr: req.RemoteAddr, RKey: req.RKey,
 		Imm: req.Imm, Solicited: req.Solicited, Compare: req.Compare, SwapAdd: req.SwapAdd}
 	switch {
-	case isAtomic(req.Op):
+	case req.Op.IsAtomic():
 		if req.RemoteAddr%8 != 0 {
 			comp.Complete(req, fabric.OutcomeInvalidRequest) // what the responder would say
 			return
@@ -157,7 +148,7 @@ func (c *conn) done(tc transport.Completion) {
 	c.release(idx)
 	c.mu.Unlock()
 	o := outcome(tc.Status)
-	if o == fabric.OutcomeOK && isAtomic(req.Op) {
+	if o == fabric.OutcomeOK && req.Op.IsAtomic() {
 		// The word before the operation, little-endian like the
 		// in-process responder writes it.
 		var b [8]byte

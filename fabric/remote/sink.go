@@ -49,29 +49,19 @@ type inbound struct {
 	at  int             // index in sink.open
 }
 
-// fabricOp maps a request's wire op to the fabric's (0: not a request).
-var fabricOp = [...]fabric.Op{
-	wire.OpWrite: fabric.OpWrite, wire.OpWriteImm: fabric.OpWriteImm, wire.OpSend: fabric.OpSend,
-	wire.OpSendImm: fabric.OpSendImm, wire.OpReadReq: fabric.OpRead, wire.OpCmpSwap: fabric.OpCmpSwap,
-	wire.OpFetchAdd: fabric.OpFetchAdd,
-}
-
-func consumesRecv(op fabric.Op) bool {
-	return op == fabric.OpSend || op == fabric.OpSendImm || op == fabric.OpWriteImm
-}
-
 // Begin implements transport.Sink.
 func (s *sink) Begin(m *transport.Inbound) (wire.NAK, uint8) {
-	if int(m.Op) >= len(fabricOp) || fabricOp[m.Op] == 0 {
+	op, ok := fabric.OpFromWire(m.Op)
+	if !ok {
 		return wire.NAKInvalid, 0
 	}
 	in := s.get()
-	in.req = fabric.Request{Op: fabricOp[m.Op], Src: s.cn.remote, Dst: s.cn.local, RemoteAddr: m.RAddr, RKey: m.RKey,
+	in.req = fabric.Request{Op: op, Src: s.cn.remote, Dst: s.cn.local, RemoteAddr: m.RAddr, RKey: m.RKey,
 		Imm: m.Imm, Solicited: m.Solicited, Compare: m.Compare, SwapAdd: m.SwapAdd, Len: uint64(m.Len)}
-	if consumesRecv(in.req.Op) {
+	if in.req.Op.ConsumesRecv() {
 		in.req.RecvAhead = m.SSN - s.nextSSN
 	}
-	if isAtomic(in.req.Op) {
+	if in.req.Op.IsAtomic() {
 		in.req.Len = 8
 	}
 	inc, o := s.resp.Begin(&in.req)
@@ -124,9 +114,9 @@ func (s *sink) Commit(m *transport.Inbound) wire.NAK {
 	case in.req.Op == fabric.OpRead:
 		// The Incoming reads the response, after Release too.
 		m.Response = in.inc
-	case isAtomic(in.req.Op):
+	case in.req.Op.IsAtomic():
 		m.Result = in.inc.Value()
-	case consumesRecv(in.req.Op):
+	case in.req.Op.ConsumesRecv():
 		s.nextSSN++
 	}
 	return wire.NAKNone

@@ -60,6 +60,23 @@ func (o Op) String() string {
 
 func (o Op) known() bool { return o >= OpWrite && o <= OpAtomicResp }
 
+// The kinds of operation, from opRules: the one definition the transport
+// and the fabrics (through fabric.Op) share.
+
+// IsAtomic reports an atomic request (CMP_SWAP, FETCH_ADD).
+func (o Op) IsAtomic() bool { return o == OpCmpSwap || o == OpFetchAdd }
+
+// ConsumesRecv reports whether o takes a receive WQE at the responder.
+func (o Op) ConsumesRecv() bool { return o.known() && opRules[o].recv }
+
+// AwaitsResponse reports a request that completes only when its response
+// (READ_RESP, ATOMIC_RESP) has arrived.
+func (o Op) AwaitsResponse() bool { return o.known() && opRules[o].respPSN }
+
+// CarriesPayload reports a request whose payload goes from requester to
+// responder (everything but READ_REQ and the responses).
+func (o Op) CarriesPayload() bool { return o.known() && !opRules[o].resp && !opRules[o].noPayload }
+
 // NAK is an ACK's negative acknowledgement code (ACK part byte 52).
 type NAK uint8
 
