@@ -14,25 +14,11 @@ import (
 // Engine is one device's data path.
 //
 // Locking. mu serialises the control path (every exported method except
-// Respond, Wake and Stats). gate separates the data path from control
-// changes that take something away from it (guest memory, the doorbell
-// region, a QP or CQ, a ring): the engine goroutine holds gate shared for
-// one pass over its QPs, and so across fabric.Post, on purpose: the
-// requester's memory stays mapped while the responder copies. A responder
-// tries it shared for one request (and answers fabric.OutcomeBusy rather
-// than wait, because a responder runs on another device's goroutine, or
-// on our own for a loopback request, and must never block on us), and the
-// control path takes it exclusively for those changes (lockQuiet, with
-// no request in flight). The streaming responder (Begin and its
-// Incoming) does block on it shared, one step at a time: it is called
-// only from a fabric's I/O loop, which nothing holding the gate waits
-// for. That responders only try the gate, and that
-// nothing inside a pass read-locks it a second time, is what keeps a
-// waiting writer from deadlocking with a reader. Creating objects and
-// most QP modifications do not need it: objects are published through
-// atomic pointers and QP attributes are immutable snapshots, so the data
-// path of other QPs never stalls on setup work. Lock order: mu, gate,
-// qp.rmu, cq.mu; rmu and cq.mu are never held across fabric.Post.
+// Respond, Wake and Stats); gate separates the data path (shared) from
+// control changes that take guest memory, a ring, a QP or CQ away
+// (exclusive, lockQuiet). Lock order: mu, gate, qp.rmu, cq.mu; rmu and
+// cq.mu are never held across fabric.Post. Why, and the rules that keep it
+// free of deadlock: docs/architecture.md, "### engine".
 type Engine struct {
 	cfg    Config
 	log    *slog.Logger

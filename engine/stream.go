@@ -16,16 +16,11 @@ import (
 // memory; Commit makes it take effect (a receive CQE, an atomic); ReadAt
 // serves a READ's response; Release drops the pins.
 //
-// Every step runs with the gate held shared by the caller, which entered
-// the data path with TryEnter (the cross-host fabric's I/O loop, which
-// serves every device of the host and so must not wait for one: while a
-// control change holds the gate, it drops the packet and the peer resends
-// it) or Enter (a goroutine the engine never waits for while it holds the
-// gate). Between steps the gate may be let go, so a control change may
-// take memory or the QP away: each step checks the generations Begin saw
-// (the engine's memory generation, bumped whenever the views of guest
-// memory may die, and the QP's, bumped when it is reset or destroyed) and
-// refuses when either moved.
+// Every step runs with the gate held shared by the caller (TryEnter or
+// Enter; why: docs/architecture.md, "### engine"). Between steps the gate
+// may be let go, so each step checks the generations Begin saw (memory,
+// bumped whenever the views of guest memory may die; the QP's, bumped
+// when it is reset or destroyed) and refuses when either moved.
 
 // maxFreeIncomings bounds the engine's free list of Incomings: more than
 // that many open at once (a deep transport window) allocate, and the
