@@ -1,4 +1,4 @@
-// Package engine is a device's data path: it owns the device's QPs and CQs
+// Package engine is a device's data path: it owns the device's QPs, CQs and SRQs
 // at run time, finds work by watching their doorbell records, reads WQEs
 // straight from the rings in guest memory, moves the bytes through a
 // fabric.Fabric (translating every address through the device's emtt
