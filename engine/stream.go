@@ -157,6 +157,17 @@ func (e *Engine) begin(req *fabric.Request) (_ fabric.Incoming, out fabric.Outco
 		return nil, out
 	}
 	q.rmu.Lock()
+	if in.srqTaken && !q.serving() {
+		// The QP went to ERR since the take, and its flush may have
+		// passed (QP_LAST_WQE sent): nothing of the SRQ may complete on
+		// it now, so the WQE goes back rather than into the open list.
+		q.srq.giveBack(in.wqe)
+		q.rmu.Unlock()
+		in.srqTaken = false
+		in.hold.Release()
+		e.putIncoming(in)
+		return nil, fabric.OutcomeUnreachable
+	}
 	q.link(in)
 	q.rmu.Unlock()
 	return in, fabric.OutcomeOK
