@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/emtt"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // TestDoorbellAreaFallback drives the guest-RAM fallback: both ways a
@@ -17,7 +17,7 @@ import (
 func TestDoorbellAreaFallback(t *testing.T) {
 	for name, o := range map[string]vmOpts{
 		"no SHMEM protocol feature":     {noShmem: true},
-		"driver without SHMEM_DOORBELL": {driverFeatures: vmm.DefaultDriverFeatures &^ abi.FeatureShmemDoorbell.Mask()},
+		"driver without SHMEM_DOORBELL": {driverFeatures: vmsim.DefaultDriverFeatures &^ abi.FeatureShmemDoorbell.Mask()},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := newDevice(t, Config{})

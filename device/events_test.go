@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // readEvent decodes the event the device wrote into buffer addr.
@@ -101,7 +101,7 @@ func TestEventOverflow(t *testing.T) {
 // events; its buffers stay posted.
 func TestEventsNeedTheFeature(t *testing.T) {
 	d := newDevice(t, Config{})
-	g := startVM(t, d, vmOpts{driverFeatures: vmm.DefaultDriverFeatures &^ abi.FeatureEventQueue.Mask()})
+	g := startVM(t, d, vmOpts{driverFeatures: vmsim.DefaultDriverFeatures &^ abi.FeatureEventQueue.Mask()})
 	g.postEventBuffers(1, 64)
 	d.postEvent(abi.Event{Type: abi.EventPortActive, Handle: 1})
 	if got, _ := g.waitEvents(1, 100*time.Millisecond); len(got) != 0 {

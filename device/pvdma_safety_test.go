@@ -20,8 +20,8 @@ import (
 	"github.com/vstellar/vstellar/emtt"
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/internal/sim/frontend"
 	"github.com/vstellar/vstellar/pvdma"
-	"github.com/vstellar/vstellar/vhost/frontend"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

@@ -7,15 +7,15 @@ import (
 
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/vhost"
 	"github.com/vstellar/vstellar/vhost/vhosttest"
 	"github.com/vstellar/vstellar/virtio"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // This file is the harness that drives a Device the way production does:
-// served by a real vhost.Backend on a unix socket, driven by package vmm's
+// served by a real vhost.Backend on a unix socket, driven by package vmsim's
 // QEMU-exact front-end with memfd guest RAM, kick and call eventfds and
 // (unless disabled) SHMEM_MAP'd doorbells. Commands travel the control
 // virtqueue; events arrive on the event virtqueue.
@@ -36,7 +36,7 @@ type vmGuest struct {
 	t   testing.TB
 	d   *Device
 	b   *vhost.Backend
-	vm  *vmm.VM
+	vm  *vmsim.VM
 	ctx context.Context
 
 	// scratch is guest memory for batched commands: batchMax slots of
@@ -68,14 +68,14 @@ func startVM(t testing.TB, d *Device, o vmOpts) *vmGuest {
 	if o.memSize == 0 {
 		o.memSize = 64 << 20
 	}
-	cfg := vmm.Config{
+	cfg := vmsim.Config{
 		SocketPath: path, MemSize: o.memSize, NumQueues: abi.NumQueues, QueueSize: vmQueueSize,
 		ConfigSize: abi.ConfigSize, DeviceFeatures: o.driverFeatures, Logger: quietLog(),
 	}
 	if o.noShmem {
 		cfg.ProtocolFeatures = ^uint64(0) &^ (1 << vhost.ProtoShmem)
 	}
-	vm, err := vmm.New(ctx, cfg)
+	vm, err := vmsim.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

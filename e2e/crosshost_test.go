@@ -17,7 +17,7 @@ import (
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/fabric/remote"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/transport/netlab"
 	"github.com/vstellar/vstellar/virtio/abi"
 )

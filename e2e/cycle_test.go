@@ -16,9 +16,9 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // cycleSample is what one connect cycle leaves behind in a vstellard
@@ -174,7 +174,7 @@ func cycleOnce(t *testing.T, socket string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	vm, err := vmm.New(ctx, guestdriver.VMConfig(socket, 1<<30))
+	vm, err := vmsim.New(ctx, guestdriver.VMConfig(socket, 1<<30))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/internal/daemonproc"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // daemonProc is a vstellard process with its run directory.
@@ -63,11 +63,11 @@ func startDaemon(t *testing.T, devices ...string) *daemonProc {
 
 func (p *daemonProc) socket(name string) string { return filepath.Join(p.runDir, name+".sock") }
 
-func bootVM(t *testing.T, socket string, mem uint64) (*vmm.VM, *guestdriver.Device) {
+func bootVM(t *testing.T, socket string, mem uint64) (*vmsim.VM, *guestdriver.Device) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	vm, err := vmm.New(ctx, guestdriver.VMConfig(socket, mem))
+	vm, err := vmsim.New(ctx, guestdriver.VMConfig(socket, mem))
 	if err != nil {
 		t.Fatal(err)
 	}

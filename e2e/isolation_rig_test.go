@@ -16,10 +16,10 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
-	"github.com/vstellar/vstellar/hostsim"
-	"github.com/vstellar/vstellar/vhost/frontend"
+	"github.com/vstellar/vstellar/internal/sim/frontend"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // The isolation suite's host: one vstellard process (the binary an
@@ -98,7 +98,7 @@ func newIsoRig(t *testing.T) *isoRig {
 		}
 	})
 	r := &isoRig{ctx: ctx, proc: p, host: host}
-	noShmem := func(c *vmm.Config) {
+	noShmem := func(c *vmsim.Config) {
 		c.ProtocolFeatures = frontend.SupportedProtocolFeatures &^ (1 << frontend.ProtoShmem)
 	}
 	for _, vm := range []struct {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

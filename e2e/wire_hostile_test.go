@@ -19,7 +19,7 @@ import (
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/fabric/remote"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/transport/wire"
 	"github.com/vstellar/vstellar/virtio/abi"
 )

@@ -23,7 +23,7 @@
 // between the verbs logic and how the guest reaches the device: commands,
 // config space, guest DMA memory, the doorbell region, the wake-up
 // notification and the event queue. [VMTransport] runs the "guest" inside
-// the simulated VMM of package vmm (guest memory is the VM's memfd RAM,
+// the simulated VMM of package vmsim (guest memory is the VM's memfd RAM,
 // doorbells are the SHMEM_MAP'd pages); a virtio-pci transport for real
 // guests comes later and needs no change here.
 //

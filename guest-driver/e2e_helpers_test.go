@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // end is one side of an end-to-end test: a VM with its device, a PD, send
@@ -29,8 +29,8 @@ type end struct {
 type endOpts struct {
 	cap    QPCap
 	sigAll bool
-	vm     func(*vmm.Config) // e.g. no SHMEM: the guest-RAM fallback
-	noConn bool              // leave the QPs in RESET
+	vm     func(*vmsim.Config) // e.g. no SHMEM: the guest-RAM fallback
+	noConn bool                // leave the QPs in RESET
 }
 
 const bufSize = 64 << 10

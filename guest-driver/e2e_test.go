@@ -10,9 +10,9 @@ import (
 
 	"github.com/vstellar/vstellar/device"
 	"github.com/vstellar/vstellar/fabric"
-	"github.com/vstellar/vstellar/vhost/frontend"
+	"github.com/vstellar/vstellar/internal/sim/frontend"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 func TestE2EPortAndGIDs(t *testing.T) {
@@ -488,7 +488,7 @@ func TestE2EBadRKeyAndFlush(t *testing.T) {
 }
 
 func TestE2EGuestRAMDoorbells(t *testing.T) {
-	noShmem := func(c *vmm.Config) {
+	noShmem := func(c *vmsim.Config) {
 		c.ProtocolFeatures = frontend.SupportedProtocolFeatures &^ (1 << frontend.ProtoShmem)
 	}
 	a, b := newPair(t, endOpts{vm: noShmem})

@@ -14,9 +14,9 @@ import (
 
 	"github.com/vstellar/vstellar/device"
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/vhost"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // Two VMs on one host, each with a vStellar device of the same daemon
@@ -43,7 +43,7 @@ func Example() {
 		buf guestdriver.Buffer
 		mr  *guestdriver.MR
 	}
-	setup := func(vm *vmm.VM) *side {
+	setup := func(vm *vmsim.VM) *side {
 		dev, err := guestdriver.Open(ctx, guestdriver.NewVMTransport(vm))
 		check(err)
 		pd, err := dev.AllocPD(ctx)
@@ -98,7 +98,7 @@ func Example() {
 
 // exampleVM starts a device of the daemon on a unix socket and a
 // simulated VM connected to it, and returns the VM and how to stop both.
-func exampleVM(ctx context.Context, dir, name string, fab fabric.Fabric) (*vmm.VM, func()) {
+func exampleVM(ctx context.Context, dir, name string, fab fabric.Fabric) (*vmsim.VM, func()) {
 	logger := slog.New(slog.DiscardHandler)
 	dev, err := device.New(device.Config{Name: name, Fabric: fab}, logger)
 	check(err)
@@ -115,7 +115,7 @@ func exampleVM(ctx context.Context, dir, name string, fab fabric.Fabric) (*vmm.V
 			backend.Serve(ctx, conn)
 		}
 	}()
-	vm, err := vmm.New(ctx, guestdriver.VMConfig(sock, 16<<20))
+	vm, err := vmsim.New(ctx, guestdriver.VMConfig(sock, 16<<20))
 	check(err)
 	check(vm.Start(ctx))
 	return vm, func() {

@@ -13,21 +13,21 @@ import (
 
 	"github.com/vstellar/vstellar/device"
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/internal/sim/frontend"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/vhost"
-	"github.com/vstellar/vstellar/vhost/frontend"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // rig is one daemon-side device served by a real vhost.Backend and one
 // simulated VM connected to it: the whole control path, end to end.
 type rig struct {
 	dev *device.Device
-	vm  *vmm.VM
+	vm  *vmsim.VM
 	drv *Device
 }
 
-func startRig(t *testing.T, name string, mut func(*vmm.Config)) *rig {
+func startRig(t *testing.T, name string, mut func(*vmsim.Config)) *rig {
 	t.Helper()
 	return startRigOn(t, name, nil, mut)
 }
@@ -41,7 +41,7 @@ func testLog() *slog.Logger {
 }
 
 // startRigOn starts a rig whose device joins fab (nil: a private one).
-func startRigOn(t *testing.T, name string, fab fabric.Fabric, mut func(*vmm.Config)) *rig {
+func startRigOn(t *testing.T, name string, fab fabric.Fabric, mut func(*vmsim.Config)) *rig {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
@@ -67,7 +67,7 @@ func startRigOn(t *testing.T, name string, fab fabric.Fabric, mut func(*vmm.Conf
 		}
 		served <- b.Serve(ctx, conn)
 	}()
-	cfg := vmm.Config{
+	cfg := vmsim.Config{
 		SocketPath: sock,
 		MemSize:    16 << 20,
 		NumQueues:  dev.NumQueues(),
@@ -77,7 +77,7 @@ func startRigOn(t *testing.T, name string, fab fabric.Fabric, mut func(*vmm.Conf
 	if mut != nil {
 		mut(&cfg)
 	}
-	vm, err := vmm.New(ctx, cfg)
+	vm, err := vmsim.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestVMDoorbellsIsolatedBetweenDevices(t *testing.T) {
 }
 
 func TestVMFallbackWithoutShmemProtocol(t *testing.T) {
-	r := startRig(t, "vm2", func(c *vmm.Config) {
+	r := startRig(t, "vm2", func(c *vmsim.Config) {
 		c.ProtocolFeatures = frontend.SupportedProtocolFeatures &^ (1 << frontend.ProtoShmem)
 	})
 	if r.drv.Config().Status != abi.ConfigStatusDoorbellGuestRAM || r.dev.DoorbellMode() != device.DoorbellGuestRAM {
@@ -191,8 +191,8 @@ func TestVMFallbackWithoutShmemProtocol(t *testing.T) {
 }
 
 func TestVMFallbackWithoutFeature(t *testing.T) {
-	r := startRig(t, "vm3", func(c *vmm.Config) {
-		c.DeviceFeatures = vmm.DefaultDriverFeatures &^ abi.FeatureShmemDoorbell.Mask()
+	r := startRig(t, "vm3", func(c *vmsim.Config) {
+		c.DeviceFeatures = vmsim.DefaultDriverFeatures &^ abi.FeatureShmemDoorbell.Mask()
 	})
 	if r.drv.Config().Status != abi.ConfigStatusDoorbellGuestRAM {
 		t.Fatalf("status %#x", r.drv.Config().Status)

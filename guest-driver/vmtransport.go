@@ -6,9 +6,9 @@ import (
 	"fmt"
 
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // ErrNoDoorbells: the transport has no doorbell region mapped (the
@@ -22,13 +22,13 @@ var ErrNoDoorbells = errors.New("guestdriver: doorbell region not mapped")
 // so a driver opened after another one still reads the events that land
 // in its predecessor's buffers.
 type VMTransport struct {
-	vm *vmm.VM
+	vm *vmsim.VM
 }
 
 var _ Transport = (*VMTransport)(nil)
 
 // NewVMTransport returns a transport over vm.
-func NewVMTransport(vm *vmm.VM) *VMTransport { return &VMTransport{vm: vm} }
+func NewVMTransport(vm *vmsim.VM) *VMTransport { return &VMTransport{vm: vm} }
 
 // Command implements Transport.
 func (t *VMTransport) Command(ctx context.Context, req []byte, respLen uint32) ([]byte, error) {
@@ -143,11 +143,11 @@ func (t *VMTransport) WaitEvents(ctx context.Context) error {
 	return nil
 }
 
-// VMConfig is how a VMM launches a vStellar device: the vmm equivalent of
+// VMConfig is how a VMM launches a vStellar device: the vmsim equivalent of
 // QEMU's `-device vhost-user-test-device-pci,virtio-id=42,num_vqs=3,
 // vq_size=256,config_size=256` with memSize bytes of memfd guest RAM.
-func VMConfig(socketPath string, memSize uint64) vmm.Config {
-	return vmm.Config{
+func VMConfig(socketPath string, memSize uint64) vmsim.Config {
+	return vmsim.Config{
 		SocketPath: socketPath,
 		MemSize:    memSize,
 		NumQueues:  abi.NumQueues,

@@ -8,8 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// This file serves the VMM side (vmm and vhost/frontend, which simulate
-// QEMU in tests): address-space reservations that files are mapped into at
+// This file serves the VMM side (internal/sim/vmsim and
+// internal/sim/frontend, which simulate QEMU in tests): address-space reservations that files are mapped into at
 // fixed addresses (a device's VIRTIO shared memory region, where the
 // back-end's SHMEM_MAP places its pages), windows onto part of one mapping
 // (guest RAM split around the PCI hole), and the host address of a mapping

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/metrics"
 )
 

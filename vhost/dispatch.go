@@ -21,8 +21,9 @@ type route struct {
 	proto uint64
 	// unowned: the request may come before SET_OWNER. QEMU sends these
 	// first (GET_FEATURES, the protocol features, GET_QUEUE_NUM,
-	// SET_BACKEND_REQ_FD: vmm/testdata/trace-*.txt); everything that
-	// changes or reads the device's session waits for an owner.
+	// SET_BACKEND_REQ_FD: internal/sim/vmsim/testdata/trace-*.txt);
+	// everything that changes or reads the device's session waits for an
+	// owner.
 	unowned bool
 }
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
-	"github.com/vstellar/vstellar/hostsim"
-	"github.com/vstellar/vstellar/vmm"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 )
 
 // The devices suite: how one daemon scales with the number of devices it
@@ -30,7 +30,7 @@ import (
 //     records its latency and how many devices existed when it started.
 //     At count bare devices: RSS, goroutines, idle CPU, and devSeq more
 //     sequential creates and destroys (the baseline at count).
-//  3. a simulated VM (vmm: memfd RAM, QEMU's vhost-user sequence) on
+//  3. a simulated VM (vmsim: memfd RAM, QEMU's vhost-user sequence) on
 //     every device, its driver with a CQ, so that the device's engine
 //     runs and is idle: "1000 devices per host" serve 1000 VMs. RSS,
 //     goroutines and idle CPU again; the VMs are in this process, so
@@ -125,7 +125,7 @@ func apiLatencies(calls []apiCall) []time.Duration {
 
 // benchVM is a simulated VM on one device, its driver holding a CQ.
 type benchVM struct {
-	vm  *vmm.VM
+	vm  *vmsim.VM
 	drv *guestdriver.Device
 }
 
@@ -133,7 +133,7 @@ type benchVM struct {
 // the guest driver; a CQ makes the device's engine start (and then sleep,
 // nothing being posted).
 func bootIdleVM(ctx context.Context, socket string) (*benchVM, error) {
-	vm, err := vmm.New(ctx, guestdriver.VMConfig(socket, devVMMem))
+	vm, err := vmsim.New(ctx, guestdriver.VMConfig(socket, devVMMem))
 	if err != nil {
 		return nil, err
 	}

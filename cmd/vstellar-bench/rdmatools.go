@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/realvm"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // The rdmatools suite: what a user would run otherwise. Per QEMU of the

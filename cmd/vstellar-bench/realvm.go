@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/guest-driver/agent"
-	"github.com/vstellar/vstellar/guest-driver/agent/agentsim"
-	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/realvm"
+	"github.com/vstellar/vstellar/internal/sim/agentsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // The realvm suite: per QEMU of the harness (internal/realvm), two real

@@ -14,7 +14,7 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -23,7 +23,7 @@ import (
 // SET_MEM_TABLE (pin mode "all", what VFIO/SR-IOV passthrough imposes)
 // and when it pins on demand (PVDMA), for several guest memory sizes.
 //
-// "Ready" is: vmm.New (guest RAM, vhost-user connect), DRIVER_OK (the
+// "Ready" is: vmsim.New (guest RAM, vhost-user connect), DRIVER_OK (the
 // memory table: pin-all pins here), the guest driver's probe, a PD, a CQ,
 // an RC QP connected to itself, a 1 GiB MR registered, and one 4 KiB RDMA
 // WRITE through it completed. The device itself is created through the
@@ -34,7 +34,7 @@ import (
 // its device destroyed before the next boots, so memory pinned by one run
 // is back before the next starts.
 
-const startupMethod = `Time from the VMM's connect (vmm.New; the device is created through the
+const startupMethod = `Time from the VMM's connect (vmsim.New; the device is created through the
 management API beforehand, untimed) to a ready device: DRIVER_OK, the
 guest driver's probe, a PD, a CQ, an RC QP, a 1 GiB MR (512 MiB in a 1 GiB
 guest) and one 4 KiB RDMA WRITE completed. Each guest size boots with the

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/transport/endpoint"
 	"github.com/vstellar/vstellar/transport/netlab"

@@ -27,10 +27,10 @@ import (
 	"time"
 
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/transport/netlab"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 func main() {
@@ -164,7 +164,7 @@ func (d *demo) run(ctx context.Context, stderr io.Writer) error {
 
 	type vmState struct {
 		name string
-		vm   *vmm.VM
+		vm   *vmsim.VM
 		drv  *guestdriver.Device
 		res  *result
 	}
@@ -315,7 +315,7 @@ func (d *demo) isolation(a, b *guestdriver.Device, n int) error {
 
 // lifecycle takes a device through suspend/resume, reset and reconnect,
 // checking after each that it still answers.
-func (d *demo) lifecycle(ctx context.Context, vm *vmm.VM, drv *guestdriver.Device, res *result) error {
+func (d *demo) lifecycle(ctx context.Context, vm *vmsim.VM, drv *guestdriver.Device, res *result) error {
 	check := func(what string, t0 time.Time) (float64, error) {
 		if _, err := drv.QueryDevice(ctx); err != nil {
 			return 0, fmt.Errorf("QUERY_DEVICE after %s: %w", what, err)

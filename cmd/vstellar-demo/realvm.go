@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/guest-driver/agent"
-	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/realvm"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // realVMResult is one QEMU's run of the real-VM demo.

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/realvm"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // toolRun is one unmodified program pair's outcome.

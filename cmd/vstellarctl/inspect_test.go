@@ -10,7 +10,7 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

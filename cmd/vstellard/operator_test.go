@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // TestRunConfigErrorsExitTwo: a configuration a restart cannot fix, a

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // Health: after every case the daemon lives, the bystander answers a
@@ -143,7 +143,7 @@ func (e *env) checkHealth(t *testing.T) {
 // it and shuts it down again.
 func (e *env) victimServes(t *testing.T) {
 	t.Helper()
-	var vm *vmm.VM
+	var vm *vmsim.VM
 	var drv *guestdriver.Device
 	// The device may still be tearing the attacker's connection down and
 	// refuse a new one meanwhile.
@@ -173,10 +173,10 @@ func (e *env) victimServes(t *testing.T) {
 	}
 }
 
-func tryBootVM(socket string, mem uint64) (*vmm.VM, *guestdriver.Device, error) {
+func tryBootVM(socket string, mem uint64) (*vmsim.VM, *guestdriver.Device, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	vm, err := vmm.New(ctx, guestdriver.VMConfig(socket, mem))
+	vm, err := vmsim.New(ctx, guestdriver.VMConfig(socket, mem))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -192,7 +192,7 @@ func tryBootVM(socket string, mem uint64) (*vmm.VM, *guestdriver.Device, error) 
 	return vm, drv, nil
 }
 
-func bootVM(t *testing.T, socket string, mem uint64) (*vmm.VM, *guestdriver.Device) {
+func bootVM(t *testing.T, socket string, mem uint64) (*vmsim.VM, *guestdriver.Device) {
 	t.Helper()
 	vm, drv, err := tryBootVM(socket, mem)
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 
 	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/guest-driver/agent"
-	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/realvm"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/transport/netlab"
 )
 

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/api"
-	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/internal/guestexec"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // Hostile guest programs against the kernel driver (issue 16): a process

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/guestexec"
 	"github.com/vstellar/vstellar/internal/realvm"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // execImage is the initramfs of exec-mode VMs: vstellar.ko, libvstellar,

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/fabric/remote"
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // Unmodified RDMA programs in real VMs: the guest kernel drives the

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/guest-driver/agent"
-	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/realvm"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // guestImage is the initramfs every VM boots: the guest program as /init

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/guest-driver/agent"
-	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/realvm"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/internal/vhosttrace"
 )
 
@@ -27,8 +27,8 @@ const traceRecordEnv = "VSTELLAR_RECORD"
 const traceLogEnv = "VSTELLAR_TRACE_LOG"
 
 // traceDir holds the golden traces, beside the simulated VMM whose tests
-// replay them (vmm/trace_test.go).
-const traceDir = "../../vmm/testdata"
+// replay them (internal/sim/vmsim/trace_test.go).
+const traceDir = "../../internal/sim/vmsim/testdata"
 
 func tracePath(qemu string) string { return filepath.Join(traceDir, "trace-"+qemu+".txt") }
 
@@ -41,9 +41,9 @@ var tracePhases = []string{"start", "stop", "cont", "quit", "unplug", "system_re
 
 // TestQEMUMessageTrace records, for each QEMU, the vhost-user requests it
 // sends to vstellard through a VM's life and checks them against
-// vmm/testdata/trace-QEMU.txt (VSTELLAR_RECORD=1 rewrites the file), so a
-// QEMU that changes its sequence is noticed, and the simulated VMM
-// (package vmm) has a recording to follow.
+// internal/sim/vmsim/testdata/trace-QEMU.txt (VSTELLAR_RECORD=1 rewrites
+// the file), so a QEMU that changes its sequence is noticed, and the
+// simulated VMM (package vmsim) has a recording to follow.
 func TestQEMUMessageTrace(t *testing.T) {
 	for _, qemu := range realvmQEMUs(t) {
 		t.Run(qemu, func(t *testing.T) {
@@ -465,7 +465,7 @@ func formatTrace(qemu string, phases map[string][]string, notes []string) string
 	var b strings.Builder
 	fmt.Fprintf(&b, `# The vhost-user requests %s sent to vstellard, one per line, as the daemon
 # logged them: e2e/realvm TestQEMUMessageTrace records them (%s=1 rewrites
-# this file) and checks QEMU against them; vmm's TestTraceMatchesQEMU checks
+# this file) and checks QEMU against them; vmsim's TestTraceMatchesQEMU checks
 # the simulated VMM against them.
 #   NAME          a front-end request; "NAME failed": the daemon refused it
 #   NAME shmem    a memory region backed by the file the device mapped with

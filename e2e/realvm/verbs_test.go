@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/vstellar/vstellar/guest-driver/agent"
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // Two real VMs on one vstellard run every verbs scenario, every byte

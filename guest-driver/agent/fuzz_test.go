@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/guest-driver/agent"
-	"github.com/vstellar/vstellar/guest-driver/agent/agentsim"
+	"github.com/vstellar/vstellar/internal/sim/agentsim"
 )
 
 // script is a byte stream for the fuzz target: a scripted conn whose

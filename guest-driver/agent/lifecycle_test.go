@@ -10,7 +10,7 @@ import (
 
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/guest-driver/agent"
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // lifecycleGuest is one simulated VM whose agent has the life-cycle

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/guest-driver/agent"
-	"github.com/vstellar/vstellar/guest-driver/agent/agentsim"
+	"github.com/vstellar/vstellar/internal/sim/agentsim"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

@@ -13,7 +13,7 @@ import (
 
 // driverFeatures are the virtio features this driver accepts when
 // offered, the same as the simulated VMM's driver
-// (vmm.DefaultDriverFeatures): VERSION_1, EVENT_IDX (virtio.DriverQueue
+// (vmsim.DefaultDriverFeatures): VERSION_1, EVENT_IDX (virtio.DriverQueue
 // implements it), INDIRECT_DESC and the device-specific bits;
 // negotiate drops SHMEM_DOORBELL when the device shows no doorbell
 // region large enough.

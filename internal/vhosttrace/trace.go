@@ -1,7 +1,7 @@
 // Package vhosttrace holds the format of vhost-user request recordings:
 // what real QEMU sent to vstellard, phase by phase, as e2e/realvm records
-// it into vmm/testdata, and what the simulated VMM's test compares with
-// it. A recording is "[phase]" headers, then one request per line; lines
+// it into internal/sim/vmsim/testdata, and what the simulated VMM's test
+// compares with it. A recording is "[phase]" headers, then one request per line; lines
 // starting with # are notes, not compared.
 package vhosttrace
 

@@ -28,10 +28,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vstellar/vstellar/hostsim"
 	"github.com/vstellar/vstellar/hotplug"
 	"github.com/vstellar/vstellar/internal/guestexec"
 	"github.com/vstellar/vstellar/internal/realvm"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 func main() {

@@ -1,6 +1,6 @@
-// Package vmm is a simulated VM for testing vhost-user back-ends: memfd
+// Package vmsim is a simulated VM for testing vhost-user back-ends: memfd
 // guest RAM laid out like QEMU's x86 q35 machine, the vhost-user front-end
-// (package vhost/frontend) driven as QEMU drives its generic device, and
+// (internal/sim/frontend) driven as QEMU drives its generic device, and
 // the guest's virtio driver (package virtio's DriverQueue) working on
 // rings in that RAM. It stands in for
 //
@@ -75,4 +75,4 @@
 // CONFIGURE_MEM_SLOTS for that reason, and the recordings show QEMU's
 // SET_MEM_TABLE after a reset without the BAR's range: the mapping is
 // gone, and the device maps its doorbells again.)
-package vmm
+package vmsim

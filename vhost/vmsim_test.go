@@ -6,18 +6,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/internal/sim/frontend"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/vhost"
-	"github.com/vstellar/vstellar/vhost/frontend"
 	"github.com/vstellar/vstellar/vhost/vhosttest"
 	"github.com/vstellar/vstellar/virtio"
-	"github.com/vstellar/vstellar/vmm"
 )
 
-// These tests run the backend against vmm, the QEMU-exact front-end that
+// These tests run the backend against vmsim, the QEMU-exact front-end that
 // shares no protocol code with this package: a layout or ordering mistake
 // on either side shows up here.
 
-func newVM(t *testing.T, path string, mem uint64, addMemReg bool) *vmm.VM {
+func newVM(t *testing.T, path string, mem uint64, addMemReg bool) *vmsim.VM {
 	proto := frontend.SupportedProtocolFeatures // ADD_MEM_REG, as QEMU with CONFIGURE_MEM_SLOTS
 	if !addMemReg {
 		proto &^= 1 << frontend.ProtoConfigureMemSlots
@@ -25,7 +25,7 @@ func newVM(t *testing.T, path string, mem uint64, addMemReg bool) *vmm.VM {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	vm, err := vmm.New(ctx, vmm.Config{
+	vm, err := vmsim.New(ctx, vmsim.Config{
 		SocketPath: path, MemSize: mem, NumQueues: 2, QueueSize: 64, ConfigSize: 16, ProtocolFeatures: proto,
 	})
 	if err != nil {
@@ -35,7 +35,7 @@ func newVM(t *testing.T, path string, mem uint64, addMemReg bool) *vmm.VM {
 	return vm
 }
 
-func echo(t *testing.T, vm *vmm.VM, q int, msg []byte) []byte {
+func echo(t *testing.T, vm *vmsim.VM, q int, msg []byte) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

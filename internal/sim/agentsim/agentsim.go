@@ -16,10 +16,10 @@ import (
 
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/guest-driver/agent"
-	"github.com/vstellar/vstellar/hostsim"
-	"github.com/vstellar/vstellar/vhost/frontend"
+	"github.com/vstellar/vstellar/internal/sim/frontend"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // Options configure Start.
@@ -80,7 +80,7 @@ func Start(ctx context.Context, o Options) (*Pair, error) {
 func startGuest(ctx, sctx context.Context, host *hostsim.Host, name string, o Options) (*Guest, error) {
 	vo := hostsim.VMOptions{MemSize: o.MemSize}
 	if o.GuestRAM {
-		vo.Configure = func(c *vmm.Config) {
+		vo.Configure = func(c *vmsim.Config) {
 			c.ProtocolFeatures = frontend.SupportedProtocolFeatures &^ (1 << frontend.ProtoShmem)
 		}
 	}

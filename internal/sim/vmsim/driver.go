@@ -1,4 +1,4 @@
-package vmm
+package vmsim
 
 import (
 	"context"
@@ -17,10 +17,10 @@ func (vm *VM) queue(i int) (*queue, error) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	if vm.closed {
-		return nil, errors.New("vmm: closed")
+		return nil, errors.New("vmsim: closed")
 	}
 	if i < 0 || i >= len(vm.queues) {
-		return nil, fmt.Errorf("vmm: no queue %d", i)
+		return nil, fmt.Errorf("vmsim: no queue %d", i)
 	}
 	return vm.queues[i], nil
 }
@@ -33,7 +33,7 @@ func (vm *VM) Kick(i int) error {
 		return err
 	}
 	if err := signalEventFD(q.kickFD); err != nil {
-		return fmt.Errorf("vmm: kick queue %d: %w", i, err)
+		return fmt.Errorf("vmsim: kick queue %d: %w", i, err)
 	}
 	return nil
 }
@@ -76,12 +76,12 @@ func (vm *VM) WaitInterrupt(ctx context.Context, i int) error {
 	_, err = q.call.Read(b[:])
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("vmm: waiting for queue %d interrupt: %w", i, cerr)
+			return fmt.Errorf("vmsim: waiting for queue %d interrupt: %w", i, cerr)
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fmt.Errorf("vmm: waiting for queue %d interrupt: %w", i, context.DeadlineExceeded)
+			return fmt.Errorf("vmsim: waiting for queue %d interrupt: %w", i, context.DeadlineExceeded)
 		}
-		return fmt.Errorf("vmm: waiting for queue %d interrupt: %w", i, err)
+		return fmt.Errorf("vmsim: waiting for queue %d interrupt: %w", i, err)
 	}
 	return nil
 }
@@ -99,10 +99,10 @@ func (vm *VM) Request(ctx context.Context, qi int, req []byte, respLen uint32) (
 	defer q.mu.Unlock()
 	dq := vm.Queue(qi)
 	if dq == nil {
-		return nil, fmt.Errorf("vmm: queue %d is not set up", qi)
+		return nil, fmt.Errorf("vmsim: queue %d is not set up", qi)
 	}
 	if uint64(len(req))+uint64(respLen) > scratchSize || len(req) == 0 && respLen == 0 {
-		return nil, fmt.Errorf("vmm: request of %d+%d bytes (max %d together)", len(req), respLen, scratchSize)
+		return nil, fmt.Errorf("vmsim: request of %d+%d bytes (max %d together)", len(req), respLen, scratchSize)
 	}
 	mem := vm.ram.table
 	var rd, wr []virtio.Buffer
@@ -120,7 +120,7 @@ func (vm *VM) Request(ctx context.Context, qi int, req []byte, respLen uint32) (
 	}
 	head, err := dq.Add(rd, wr)
 	if err != nil {
-		return nil, fmt.Errorf("vmm: queue %d: %w", qi, err)
+		return nil, fmt.Errorf("vmsim: queue %d: %w", qi, err)
 	}
 	if dq.Publish() {
 		if err := vm.Kick(qi); err != nil {
@@ -130,10 +130,10 @@ func (vm *VM) Request(ctx context.Context, qi int, req []byte, respLen uint32) (
 	for {
 		if h, written, ok := dq.GetUsed(); ok {
 			if h != head {
-				return nil, fmt.Errorf("vmm: queue %d: device completed head %d, expected %d", qi, h, head)
+				return nil, fmt.Errorf("vmsim: queue %d: device completed head %d, expected %d", qi, h, head)
 			}
 			if written > respLen {
-				return nil, fmt.Errorf("vmm: queue %d: device claims %d bytes written into %d", qi, written, respLen)
+				return nil, fmt.Errorf("vmsim: queue %d: device claims %d bytes written into %d", qi, written, respLen)
 			}
 			out := make([]byte, written)
 			if written > 0 {
@@ -146,7 +146,7 @@ func (vm *VM) Request(ctx context.Context, qi int, req []byte, respLen uint32) (
 			return out, nil
 		}
 		if err := dq.Err(); err != nil {
-			return nil, fmt.Errorf("vmm: queue %d: %w", qi, err)
+			return nil, fmt.Errorf("vmsim: queue %d: %w", qi, err)
 		}
 		if dq.EnableInterrupts() {
 			continue

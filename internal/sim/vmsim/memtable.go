@@ -1,11 +1,11 @@
-package vmm
+package vmsim
 
 import (
 	"cmp"
 	"context"
 	"slices"
 
-	"github.com/vstellar/vstellar/vhost/frontend"
+	"github.com/vstellar/vstellar/internal/sim/frontend"
 )
 
 // The memory table as QEMU's vhost memory listener builds it: guest RAM

@@ -13,7 +13,7 @@ import (
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/fabric/remote"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
-	"github.com/vstellar/vstellar/vmm"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 )
 
 // Host is an in-process daemon and the VMs attached to it.
@@ -124,7 +124,7 @@ func (h *Host) Client() *api.Client { return h.client }
 type VM struct {
 	Name   string
 	Socket string
-	VM     *vmm.VM
+	VM     *vmsim.VM
 	Driver *guestdriver.Device
 	// Boot is how long each step of booting the VM took.
 	Boot BootTimes
@@ -133,10 +133,10 @@ type VM struct {
 // BootTimes splits a VM's boot (Boot) into its steps, so that a benchmark
 // can tell where start-up time goes.
 type BootTimes struct {
-	// Connect is vmm.New: guest RAM (a memfd, not yet touched) and the
+	// Connect is vmsim.New: guest RAM (a memfd, not yet touched) and the
 	// vhost-user connect sequence.
 	Connect time.Duration
-	// DriverOK is vmm.VM.Start: the memory table, the queues and
+	// DriverOK is vmsim.VM.Start: the memory table, the queues and
 	// DRIVER_OK. A device that pins all guest memory does it here, at
 	// SET_MEM_TABLE.
 	DriverOK time.Duration
@@ -158,7 +158,7 @@ type VMOptions struct {
 	Tenant uint32
 	// Configure may adjust the VM's configuration (features, protocol
 	// features) before it boots.
-	Configure func(*vmm.Config)
+	Configure func(*vmsim.Config)
 }
 
 // AddVM creates a device named name, boots a VM against it to DRIVER_OK
@@ -204,7 +204,7 @@ func (h *Host) Boot(ctx context.Context, name, socket string, o VMOptions) (*VM,
 	}
 	var bt BootTimes
 	t0 := time.Now()
-	vm, err := vmm.New(ctx, cfg)
+	vm, err := vmsim.New(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hostsim: %s: %w", name, err)
 	}

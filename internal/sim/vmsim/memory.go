@@ -1,4 +1,4 @@
-package vmm
+package vmsim
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vstellar/vstellar/guestmem"
-	"github.com/vstellar/vstellar/vhost/frontend"
+	"github.com/vstellar/vstellar/internal/sim/frontend"
 )
 
 // Guest physical layout (QEMU q35 with its default 2 GiB below 4 GiB when

@@ -1,4 +1,4 @@
-package vmm
+package vmsim
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vstellar/vstellar/guestmem"
-	"github.com/vstellar/vstellar/vhost/frontend"
+	"github.com/vstellar/vstellar/internal/sim/frontend"
 	"github.com/vstellar/vstellar/virtio"
 )
 
@@ -96,13 +96,13 @@ const scratchSize = 64 << 10
 // connect sequence. The guest driver has not touched the device yet.
 func New(ctx context.Context, cfg Config) (*VM, error) {
 	if cfg.NumQueues <= 0 || cfg.NumQueues > 256 {
-		return nil, fmt.Errorf("vmm: %d queues", cfg.NumQueues)
+		return nil, fmt.Errorf("vmsim: %d queues", cfg.NumQueues)
 	}
 	if cfg.QueueSize == 0 || cfg.QueueSize&(cfg.QueueSize-1) != 0 || cfg.QueueSize > virtio.MaxQueueSize {
-		return nil, fmt.Errorf("vmm: queue size %d is not a power of two up to %d", cfg.QueueSize, virtio.MaxQueueSize)
+		return nil, fmt.Errorf("vmsim: queue size %d is not a power of two up to %d", cfg.QueueSize, virtio.MaxQueueSize)
 	}
 	if cfg.ConfigSize > frontend.MaxConfigSize {
-		return nil, fmt.Errorf("vmm: config size %d (max %d)", cfg.ConfigSize, frontend.MaxConfigSize)
+		return nil, fmt.Errorf("vmsim: config size %d (max %d)", cfg.ConfigSize, frontend.MaxConfigSize)
 	}
 	if cfg.DeviceFeatures == 0 {
 		cfg.DeviceFeatures = DefaultDriverFeatures
@@ -113,7 +113,7 @@ func New(ctx context.Context, cfg Config) (*VM, error) {
 	}
 	ram, err := newGuestRAM(cfg.MemSize)
 	if err != nil {
-		return nil, fmt.Errorf("vmm: %w", err)
+		return nil, fmt.Errorf("vmsim: %w", err)
 	}
 	vm := &VM{cfg: cfg, log: log, ram: ram, shmem: frontend.NewShmemSpace(), barBase: barBase(cfg.MemSize),
 		loop: newMainLoop(), configCh: make(chan struct{}, 1)}
@@ -122,11 +122,11 @@ func New(ctx context.Context, cfg Config) (*VM, error) {
 		vm.queues = append(vm.queues, q)
 		if q.kickFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 			vm.Close()
-			return nil, fmt.Errorf("vmm: kick eventfd: %w", err)
+			return nil, fmt.Errorf("vmsim: kick eventfd: %w", err)
 		}
 		if q.callFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 			vm.Close()
-			return nil, fmt.Errorf("vmm: call eventfd: %w", err)
+			return nil, fmt.Errorf("vmsim: call eventfd: %w", err)
 		}
 		q.call = os.NewFile(uintptr(q.callFD), "irqfd") // non-blocking: pollable
 	}
@@ -157,11 +157,11 @@ func (vm *VM) connect(ctx context.Context) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("vmm: %w", err)
+		return fmt.Errorf("vmsim: %w", err)
 	}
 	if err := fe.Init(ctx); err != nil {
 		fe.Close()
-		return fmt.Errorf("vmm: %w", err)
+		return fmt.Errorf("vmsim: %w", err)
 	}
 	vm.setFrontend(fe)
 	return nil
@@ -200,7 +200,7 @@ func (vm *VM) closeLocked() error {
 		if vm.running {
 			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 			if serr := vm.stopLocked(ctx); serr != nil {
-				vm.log.Debug("vmm: stop before close failed", "err", serr)
+				vm.log.Debug("vmsim: stop before close failed", "err", serr)
 			}
 			cancel()
 		}
@@ -265,7 +265,7 @@ func (vm *VM) ReadConfig(ctx context.Context) ([]byte, error) {
 	vm.loop.Lock()
 	defer vm.loop.Unlock()
 	if vm.fe == nil {
-		return nil, errors.New("vmm: not connected")
+		return nil, errors.New("vmsim: not connected")
 	}
 	return vm.fe.GetConfig(ctx, 0, vm.cfg.ConfigSize, 0)
 }

@@ -1,4 +1,4 @@
-package vmm_test
+package vmsim_test
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/frontend"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/internal/vhosttrace"
-	"github.com/vstellar/vstellar/vhost/frontend"
 	"github.com/vstellar/vstellar/virtio/abi"
-	"github.com/vstellar/vstellar/vmm"
 )
 
 // TestTraceMatchesQEMU drives simulated VMs through the phases
@@ -130,7 +130,7 @@ func ringStart(nq int) []string {
 }
 
 // simulateTrace runs the phases of a recording with simulated VMs:
-// vmm.New and Start (the guest's DRIVER_OK) for start, Stop and Start for
+// vmsim.New and Start (the guest's DRIVER_OK) for start, Stop and Start for
 // stop and cont, Close for quit and for unplug, Reset and Start for
 // system_reset and for reboot.
 func simulateTrace(t *testing.T, proto uint64) map[string][]string {
@@ -142,13 +142,13 @@ func simulateTrace(t *testing.T, proto uint64) map[string][]string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	boot := func(name string) *vmm.VM {
+	boot := func(name string) *vmsim.VM {
 		t.Helper()
 		socket, err := h.CreateDevice(ctx, name, hostsim.VMOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		vm, err := vmm.New(ctx, vmm.Config{SocketPath: socket, MemSize: 1 << 30, NumQueues: abi.NumQueues,
+		vm, err := vmsim.New(ctx, vmsim.Config{SocketPath: socket, MemSize: 1 << 30, NumQueues: abi.NumQueues,
 			QueueSize: abi.DefaultQueueSize, ConfigSize: abi.ConfigSize, ProtocolFeatures: proto})
 		if err != nil {
 			t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
 // A daemon started again on a run directory serves a device of the same

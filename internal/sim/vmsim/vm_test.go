@@ -1,4 +1,4 @@
-package vmm
+package vmsim
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vstellar/vstellar/guestmem"
-	"github.com/vstellar/vstellar/vhost/frontend"
+	"github.com/vstellar/vstellar/internal/sim/frontend"
 )
 
 // Request codes as literals, so these expectations restate QEMU's order

@@ -1,4 +1,4 @@
-package vmm
+package vmsim
 
 import (
 	"context"
@@ -46,14 +46,14 @@ func (vm *VM) PostWritable(i int, bufs ...virtio.Buffer) error {
 	defer q.mu.Unlock()
 	dq := vm.Queue(i)
 	if dq == nil {
-		return fmt.Errorf("vmm: queue %d is not set up", i)
+		return fmt.Errorf("vmsim: queue %d is not set up", i)
 	}
 	p := q.postedFor(dq)
 	var addErr error
 	for _, b := range bufs {
 		head, err := dq.Add(nil, []virtio.Buffer{b})
 		if err != nil {
-			addErr = fmt.Errorf("vmm: queue %d: %w", i, err)
+			addErr = fmt.Errorf("vmsim: queue %d: %w", i, err)
 			break
 		}
 		p.bufs[head] = b
@@ -79,12 +79,12 @@ func (vm *VM) TakeUsed(i int) (buf virtio.Buffer, written uint32, ok bool, err e
 	defer q.mu.Unlock()
 	dq := vm.Queue(i)
 	if dq == nil {
-		return buf, 0, false, fmt.Errorf("vmm: queue %d is not set up", i)
+		return buf, 0, false, fmt.Errorf("vmsim: queue %d is not set up", i)
 	}
 	head, written, ok := dq.GetUsed()
 	if !ok {
 		if err := dq.Err(); err != nil {
-			return buf, 0, false, fmt.Errorf("vmm: queue %d: %w", i, err)
+			return buf, 0, false, fmt.Errorf("vmsim: queue %d: %w", i, err)
 		}
 		return buf, 0, false, nil
 	}
@@ -94,10 +94,10 @@ func (vm *VM) TakeUsed(i int) (buf virtio.Buffer, written uint32, ok bool, err e
 	if buf.Len == 0 {
 		// A chain this API did not post (DriverQueue checked the head
 		// is outstanding, so someone used Request on this queue).
-		return buf, 0, false, fmt.Errorf("vmm: queue %d: used head %d was not posted by PostWritable", i, head)
+		return buf, 0, false, fmt.Errorf("vmsim: queue %d: used head %d was not posted by PostWritable", i, head)
 	}
 	if written > buf.Len {
-		return buf, 0, false, fmt.Errorf("vmm: queue %d: device claims %d bytes written into %d", i, written, buf.Len)
+		return buf, 0, false, fmt.Errorf("vmsim: queue %d: device claims %d bytes written into %d", i, written, buf.Len)
 	}
 	return buf, written, true, nil
 }
@@ -114,7 +114,7 @@ func (vm *VM) WaitUsed(ctx context.Context, i int) error {
 	dq := vm.Queue(i)
 	if dq == nil {
 		q.mu.Unlock()
-		return fmt.Errorf("vmm: queue %d is not set up", i)
+		return fmt.Errorf("vmsim: queue %d is not set up", i)
 	}
 	pending := dq.EnableInterrupts()
 	q.mu.Unlock()

@@ -1,4 +1,4 @@
-package vmm
+package vmsim
 
 import (
 	"context"
@@ -52,6 +52,6 @@ func (vm *VM) serveBackend(stop <-chan struct{}, serve func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
 	if err := vm.syncMemory(ctx, false); err != nil {
-		vm.log.Warn("vmm: memory table update after a back-end request failed", "err", err)
+		vm.log.Warn("vmsim: memory table update after a back-end request failed", "err", err)
 	}
 }

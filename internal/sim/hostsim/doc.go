@@ -1,6 +1,6 @@
 // Package hostsim is a simulated vStellar host: an in-process vstellard
 // device manager (the real daemon package, serving real vhost-user
-// sockets) with simulated VMs attached to its devices (package vmm: memfd
+// sockets) with simulated VMs attached to its devices (package vmsim: memfd
 // guest RAM, QEMU's vhost-user sequence, a virtio driver), each opened by
 // the guest verbs library. The demo and the benchmarks run on it; so can
 // tests that want a whole host without a VMM.
@@ -10,7 +10,7 @@
 // device pins guest memory as VMOptions.Pin says (on demand by default;
 // "all" is the VFIO baseline that pins the whole guest at SET_MEM_TABLE).
 //
-// AddVM is CreateDevice (the management API) then Boot (vmm.New, DRIVER_OK,
+// AddVM is CreateDevice (the management API) then Boot (vmsim.New, DRIVER_OK,
 // the guest driver's probe, each step timed in VM.Boot), so that a
 // benchmark can time a boot without the device's creation. RemoveVM
 // closes one VM and destroys its device, freeing its memory before the

@@ -17,7 +17,7 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
-	"github.com/vstellar/vstellar/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -98,7 +98,7 @@ func TestHundredIdleDevicesCostNoCPU(t *testing.T) {
 	if raceEnabled {
 		// The race detector's own background work costs about 1.5% here
 		// with nothing of ours running; the budget is checked without it
-		// (go test ./hostsim), and this run still catches a busy loop.
+		// (go test ./internal/sim/hostsim), and this run still catches a busy loop.
 		limit = 5
 	}
 	if pct >= limit {

@@ -1,11 +1,11 @@
-package vmm
+package vmsim
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	"github.com/vstellar/vstellar/vhost/frontend"
+	"github.com/vstellar/vstellar/internal/sim/frontend"
 	"github.com/vstellar/vstellar/virtio"
 )
 
@@ -20,13 +20,13 @@ func (vm *VM) Start(ctx context.Context) error {
 	vm.loop.Lock()
 	defer vm.loop.Unlock()
 	if vm.isClosed() {
-		return errors.New("vmm: closed")
+		return errors.New("vmsim: closed")
 	}
 	if vm.running {
-		return errors.New("vmm: device already started")
+		return errors.New("vmsim: device already started")
 	}
 	if vm.fe == nil {
-		return errors.New("vmm: not connected (a reconnect failed)")
+		return errors.New("vmsim: not connected (a reconnect failed)")
 	}
 	if !vm.driverOK {
 		if err := vm.driverInit(); err != nil {
@@ -52,7 +52,7 @@ func (vm *VM) isClosed() bool {
 func (vm *VM) driverInit() error {
 	offered := vm.fe.Features()
 	if offered&(1<<featVersion1) == 0 {
-		return fmt.Errorf("vmm: device does not offer VIRTIO_F_VERSION_1 (features %#x)", offered)
+		return fmt.Errorf("vmsim: device does not offer VIRTIO_F_VERSION_1 (features %#x)", offered)
 	}
 	acked := offered & vm.cfg.DeviceFeatures &^ (1 << frontend.FeatureProtocolFeatures)
 	eventIdx := acked&(1<<featEventIdx) != 0
@@ -62,21 +62,21 @@ func (vm *VM) driverInit() error {
 			d, a, u := virtio.RingSizes(vm.cfg.QueueSize)
 			var err error
 			if q.addrs.Desc, err = vm.ram.alloc(d, 16); err != nil {
-				return fmt.Errorf("vmm: queue %d rings: %w", i, err)
+				return fmt.Errorf("vmsim: queue %d rings: %w", i, err)
 			}
 			if q.addrs.Avail, err = vm.ram.alloc(a, 2); err != nil {
-				return fmt.Errorf("vmm: queue %d rings: %w", i, err)
+				return fmt.Errorf("vmsim: queue %d rings: %w", i, err)
 			}
 			if q.addrs.Used, err = vm.ram.alloc(u, 4); err != nil {
-				return fmt.Errorf("vmm: queue %d rings: %w", i, err)
+				return fmt.Errorf("vmsim: queue %d rings: %w", i, err)
 			}
 			if q.scratch, err = vm.ram.alloc(scratchSize, 4096); err != nil {
-				return fmt.Errorf("vmm: queue %d buffers: %w", i, err)
+				return fmt.Errorf("vmsim: queue %d buffers: %w", i, err)
 			}
 		}
 		dq, err := virtio.NewDriverQueue(vm.ram.table, vm.cfg.QueueSize, q.addrs, eventIdx)
 		if err != nil {
-			return fmt.Errorf("vmm: queue %d: %w", i, err)
+			return fmt.Errorf("vmsim: queue %d: %w", i, err)
 		}
 		dqs[i] = dq
 	}
@@ -100,27 +100,27 @@ func (vm *VM) startBackend(ctx context.Context) error {
 		features |= 1 << frontend.FeatureProtocolFeatures
 	}
 	if err := fe.SetFeatures(ctx, features); err != nil {
-		return fmt.Errorf("vmm: start: %w", err)
+		return fmt.Errorf("vmsim: start: %w", err)
 	}
 	// vhost_user_set_features adds FEATURES_OK when STATUS is negotiated;
 	// the back-end keeps its status until a reset nobody sends.
 	if fe.HasProtocol(frontend.ProtoStatus) {
 		if err := fe.AddStatus(ctx, frontend.StatusFeaturesOK); err != nil {
-			return fmt.Errorf("vmm: start: %w", err)
+			return fmt.Errorf("vmsim: start: %w", err)
 		}
 	}
 	if err := vm.syncMemory(ctx, true); err != nil {
-		return fmt.Errorf("vmm: start: %w", err)
+		return fmt.Errorf("vmsim: start: %w", err)
 	}
 	for i, q := range vm.queues {
 		if err := vm.startQueue(ctx, uint32(i), q); err != nil {
-			return fmt.Errorf("vmm: start queue %d: %w", i, err)
+			return fmt.Errorf("vmsim: start queue %d: %w", i, err)
 		}
 	}
 	if protoNegotiated {
 		for i := range vm.queues {
 			if err := fe.SetVringEnable(ctx, uint32(i), true); err != nil {
-				return fmt.Errorf("vmm: start: %w", err)
+				return fmt.Errorf("vmsim: start: %w", err)
 			}
 		}
 	}
@@ -129,10 +129,10 @@ func (vm *VM) startBackend(ctx context.Context) error {
 	// SET_VRING_CALL with the guest notifier once more.
 	for i, q := range vm.queues {
 		if err := fe.SetVringCall(ctx, uint32(i), q.callFD); err != nil {
-			return fmt.Errorf("vmm: start: %w", err)
+			return fmt.Errorf("vmsim: start: %w", err)
 		}
 	}
-	vm.log.Info("vmm: device started", "features", fmt.Sprintf("%#x", features), "queues", len(vm.queues))
+	vm.log.Info("vmsim: device started", "features", fmt.Sprintf("%#x", features), "queues", len(vm.queues))
 	return nil
 }
 
@@ -211,9 +211,9 @@ func (vm *VM) stopLocked(ctx context.Context) error {
 		}
 		vm.mu.Unlock()
 	}
-	vm.log.Info("vmm: device stopped")
+	vm.log.Info("vmsim: device stopped")
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("vmm: stop: %w", err)
+		return fmt.Errorf("vmsim: stop: %w", err)
 	}
 	return nil
 }
@@ -258,7 +258,7 @@ func (vm *VM) Reconnect(ctx context.Context) error {
 	vm.loop.Lock()
 	defer vm.loop.Unlock()
 	if vm.isClosed() {
-		return errors.New("vmm: closed")
+		return errors.New("vmsim: closed")
 	}
 	if vm.running {
 		// Best effort, like QEMU's vub_disconnect: the back-end is

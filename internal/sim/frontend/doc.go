@@ -1,10 +1,11 @@
 // Package frontend is the VMM's side of vhost-user: a front-end protocol
 // client that drives a vhost-user back-end the way QEMU (>= 10.2, with the
 // SHMEM series) drives `vhost-user-test-device-pci`. Tests, the demo and the
-// benchmarks use it (through package vmm) to talk to vstellard's back-end
-// exactly as a VM would. Init's sequence, and the sequences package vmm
+// benchmarks use it (through package vmsim) to talk to vstellard's back-end
+// exactly as a VM would. Init's sequence, and the sequences package vmsim
 // builds from these requests, were checked against recordings of QEMU
-// 10.2.2 and 11.1.3 driving vstellard (vmm/testdata/trace-*.txt).
+// 10.2.2 and 11.1.3 driving vstellard
+// (internal/sim/vmsim/testdata/trace-*.txt).
 //
 // The package deliberately shares no code with the back-end (package vhost):
 // request codes, flag bits, protocol feature bits and every payload layout
