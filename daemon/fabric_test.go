@@ -14,7 +14,7 @@ import (
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/daemon/daemontest"
 	"github.com/vstellar/vstellar/fabric/remote"
-	"github.com/vstellar/vstellar/transport/netlab"
+	"github.com/vstellar/vstellar/internal/netlab"
 )
 
 func fabricSpec(t *testing.T) *daemon.FabricSpec {

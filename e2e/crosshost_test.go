@@ -17,8 +17,8 @@ import (
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/fabric/remote"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
+	"github.com/vstellar/vstellar/internal/netlab"
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
-	"github.com/vstellar/vstellar/transport/netlab"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

@@ -2,8 +2,8 @@
 // connection state machine (Conn) that carries the device's RC semantics
 // over UDP, with path selection and congestion control as small policy
 // interfaces in the spirit of UCCL's hooks. The packet format is package
-// transport/wire; the socket driver is transport/udp; Linux testbeds are
-// transport/netlab.
+// transport/wire; the socket driver is transport/udp; the Linux testbeds
+// for its tests are internal/netlab.
 //
 // A Conn is fed received packets (Handle) and the current time
 // (HandleTimeout), and asked for packets to send (Transmit) and for its

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/internal/sim/netsim"
 	"github.com/vstellar/vstellar/transport"
-	"github.com/vstellar/vstellar/transport/netsim"
 	"github.com/vstellar/vstellar/transport/wire"
 )
 

@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/vstellar/vstellar/internal/sim/netsim"
 	"github.com/vstellar/vstellar/transport"
-	"github.com/vstellar/vstellar/transport/netsim"
 	"github.com/vstellar/vstellar/transport/wire"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/internal/netlab"
 	"github.com/vstellar/vstellar/transport"
-	"github.com/vstellar/vstellar/transport/netlab"
 	"github.com/vstellar/vstellar/transport/udp"
 )
 
@@ -34,7 +34,7 @@ func TestOverUDPSockets(t *testing.T) {
 }
 
 // TestOverNamespaces runs the core between two network namespaces joined
-// by a veth with 2% loss each way (transport/netlab): the RDMA semantics
+// by a veth with 2% loss each way (internal/netlab): the RDMA semantics
 // hold over a real lossy link.
 func TestOverNamespaces(t *testing.T) {
 	if err := netlab.Available(); err != nil {

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/vstellar/vstellar/transport/netlab"
+	"github.com/vstellar/vstellar/internal/netlab"
 )
 
 func main() {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
+	"github.com/vstellar/vstellar/internal/netlab"
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
-	"github.com/vstellar/vstellar/transport/netlab"
 	"github.com/vstellar/vstellar/transport/pathsel"
 	"github.com/vstellar/vstellar/virtio/abi"
 )

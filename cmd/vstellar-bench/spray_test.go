@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vstellar/vstellar/transport/netlab"
+	"github.com/vstellar/vstellar/internal/netlab"
 )
 
 // needRoot skips (outside CI, which runs as root) when the leaf-spine

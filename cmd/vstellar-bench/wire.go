@@ -8,17 +8,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vstellar/vstellar/internal/netlab"
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/transport/endpoint"
-	"github.com/vstellar/vstellar/transport/netlab"
 	"github.com/vstellar/vstellar/transport/udp"
 	"github.com/vstellar/vstellar/transport/wire"
 )
 
 // The wire and loss suites measure RDMA between VMs on two hosts
 // (vmwire.go): two network namespaces joined by a veth
-// (transport/netlab), each with an in-process vstellard whose cross-host
+// (internal/netlab), each with an in-process vstellard whose cross-host
 // fabric runs the transport, and a VM on each. The wire suite also runs
 // the transport alone between the same namespaces (the "core" rows: host
 // buffers stand in for guest memory, no engine, no VMs) and raw batched

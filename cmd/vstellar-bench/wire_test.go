@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vstellar/vstellar/transport/netlab"
+	"github.com/vstellar/vstellar/internal/netlab"
 )
 
 // wire --json: the keys the issue names are positive and the ratios are

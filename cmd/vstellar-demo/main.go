@@ -27,9 +27,9 @@ import (
 	"time"
 
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
+	"github.com/vstellar/vstellar/internal/netlab"
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/internal/sim/vmsim"
-	"github.com/vstellar/vstellar/transport/netlab"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

@@ -10,9 +10,9 @@ import (
 	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/guest-driver/agent"
 	"github.com/vstellar/vstellar/hotplug"
+	"github.com/vstellar/vstellar/internal/netlab"
 	"github.com/vstellar/vstellar/internal/realvm"
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
-	"github.com/vstellar/vstellar/transport/netlab"
 )
 
 // crossTenant is the tenant of both cross-host devices: the fabric lets

@@ -13,7 +13,7 @@ import (
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/hostnet"
-	"github.com/vstellar/vstellar/transport/netlab"
+	"github.com/vstellar/vstellar/internal/netlab"
 )
 
 // twoHosts builds two network namespaces joined by a veth (skipping

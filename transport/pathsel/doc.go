@@ -19,8 +19,8 @@
 // puts REPS in its freeze mode for FreezeTime: it reuses the entropies
 // it holds and explores no new ones.
 //
-// Subpackage simbench runs the selectors over a simulated leaf-spine
-// fabric (transport/netsim) for tests and benchmarks.
+// internal/sim/pathbench runs the selectors over a simulated leaf-spine
+// fabric (internal/sim/netsim) for tests and benchmarks.
 //
 // Invariants:
 //   - SelectPath always returns a path below Paths (Single: Entropy),

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/internal/sim/netsim"
+	"github.com/vstellar/vstellar/internal/sim/pathbench"
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/transport/cc"
-	"github.com/vstellar/vstellar/transport/netsim"
 	"github.com/vstellar/vstellar/transport/pathsel"
-	"github.com/vstellar/vstellar/transport/pathsel/simbench"
 )
 
 // leafSpine is the ranking's fabric: 2 leaves of 4 hosts, 4 spines;
@@ -29,15 +29,15 @@ var settings = transport.Config{MaxPayload: 8192, Window: 24, DupThresh: 24, Reo
 
 // runAll runs scenario(kind) for every kind, in parallel, as subtests of
 // name.
-func runAll(t *testing.T, name string, scenario func(pathsel.Kind) simbench.Scenario) map[pathsel.Kind]*simbench.Result {
+func runAll(t *testing.T, name string, scenario func(pathsel.Kind) pathbench.Scenario) map[pathsel.Kind]*pathbench.Result {
 	t.Helper()
 	var mu sync.Mutex
-	res := map[pathsel.Kind]*simbench.Result{}
+	res := map[pathsel.Kind]*pathbench.Result{}
 	t.Run(name, func(t *testing.T) {
 		for _, k := range pathsel.Kinds() {
 			t.Run(k.String(), func(t *testing.T) {
 				t.Parallel()
-				r, err := simbench.Run(scenario(k))
+				r, err := pathbench.Run(scenario(k))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -65,8 +65,8 @@ func TestRanking(t *testing.T) {
 	seeds := []uint64{1, 2, 3}
 	goodput := map[pathsel.Kind][]float64{}
 	for _, seed := range seeds {
-		res := runAll(t, fmt.Sprintf("seed%d", seed), func(k pathsel.Kind) simbench.Scenario {
-			return simbench.Scenario{Fabric: leafSpine, Seed: seed, Selector: pathsel.Config{Kind: k}, Transport: settings,
+		res := runAll(t, fmt.Sprintf("seed%d", seed), func(k pathsel.Kind) pathbench.Scenario {
+			return pathbench.Scenario{Fabric: leafSpine, Seed: seed, Selector: pathsel.Config{Kind: k}, Transport: settings,
 				Bidirectional: true, Messages: 4}
 		})
 		for k, r := range res {
@@ -79,7 +79,7 @@ func TestRanking(t *testing.T) {
 		}
 		// Single's makespan is its most loaded spine link's: the flows
 		// sharing it each get a share of one link.
-		flows, err := simbench.Plan(simbench.Scenario{Fabric: leafSpine, Seed: seed, Bidirectional: true})
+		flows, err := pathbench.Plan(pathbench.Scenario{Fabric: leafSpine, Seed: seed, Bidirectional: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,16 +141,16 @@ func TestRanking(t *testing.T) {
 func TestBlackHoleRanking(t *testing.T) {
 	const msgs = 16
 	at := time.Millisecond
-	base := simbench.Scenario{Fabric: leafSpine, Seed: 1, Transport: settings, Messages: msgs}
-	flows, err := simbench.Plan(base)
+	base := pathbench.Scenario{Fabric: leafSpine, Seed: 1, Transport: settings, Messages: msgs}
+	flows, err := pathbench.Plan(base)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dead := flows[0].Spine
-	res := runAll(t, "blackhole", func(k pathsel.Kind) simbench.Scenario {
+	res := runAll(t, "blackhole", func(k pathsel.Kind) pathbench.Scenario {
 		sc := base
 		sc.Selector.Kind = k
-		sc.BlackHole = &simbench.BlackHole{Leaf: 0, Spine: dead, At: at}
+		sc.BlackHole = &pathbench.BlackHole{Leaf: 0, Spine: dead, At: at}
 		return sc
 	})
 	surviving := float64(leafSpine.Spines-1) / float64(leafSpine.Spines)
@@ -230,7 +230,7 @@ func TestSprayReordering(t *testing.T) {
 	fabric := netsim.ClosConfig{HostsPerLeaf: 4, Spines: 4, LinkRate: 250e6, HostRate: 500e6, Delay: 5 * time.Microsecond, Buffer: 900 << 10}
 	type outcome struct{ goodput, resent float64 }
 	run := func(k pathsel.Kind, mode transport.ReorderMode) outcome {
-		r, err := simbench.Run(simbench.Scenario{Fabric: fabric, Seed: 1, Selector: pathsel.Config{Kind: k},
+		r, err := pathbench.Run(pathbench.Scenario{Fabric: fabric, Seed: 1, Selector: pathsel.Config{Kind: k},
 			Transport: transport.Config{MaxPayload: 8892, Reordering: mode},
 			NewCC: func() transport.CongestionControl {
 				c, err := cc.New(cc.Config{Kind: cc.KindCubic})

@@ -12,7 +12,7 @@ import (
 
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/fabric/remote"
-	"github.com/vstellar/vstellar/transport/netlab"
+	"github.com/vstellar/vstellar/internal/netlab"
 )
 
 // ClusterOptions configure NewCluster.
@@ -37,7 +37,7 @@ type ClusterOptions struct {
 }
 
 // Cluster is one host per host of a leaf-spine fabric
-// (transport/netlab.LeafSpine), each an in-process vstellard whose
+// (internal/netlab.LeafSpine), each an in-process vstellard whose
 // cross-host fabric listens inside that host's namespace. Host i (in
 // Fabric.Hosts order, leaf by leaf) owns the GID prefix fd00:0:0:i+1::/64
 // and knows every other host as a peer; all share one cluster secret.

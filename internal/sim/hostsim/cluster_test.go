@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/transport/netlab"
+	"github.com/vstellar/vstellar/internal/netlab"
 )
 
 // needNamespaces skips (outside CI, which runs as root) when network

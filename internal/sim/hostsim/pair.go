@@ -9,7 +9,7 @@ import (
 	"net/netip"
 
 	"github.com/vstellar/vstellar/daemon"
-	"github.com/vstellar/vstellar/transport/netlab"
+	"github.com/vstellar/vstellar/internal/netlab"
 )
 
 // FabricPort is the UDP port each host of a Pair listens on inside its
@@ -33,7 +33,7 @@ type PairOptions struct {
 
 // Pair is two hosts, each an in-process vstellard with its own
 // cross-host fabric, joined by a network: two namespaces and a veth
-// (transport/netlab) where the machine allows, else loopback. Host i owns
+// (internal/netlab) where the machine allows, else loopback. Host i owns
 // the GID prefix fd00:0:0:i+1::/64 and knows the other as its peer; both
 // share a cluster secret made for the pair.
 type Pair struct {

@@ -1,11 +1,11 @@
-package simbench
+package pathbench
 
 import (
 	"fmt"
 	"time"
 
+	"github.com/vstellar/vstellar/internal/sim/netsim"
 	"github.com/vstellar/vstellar/transport"
-	"github.com/vstellar/vstellar/transport/netsim"
 	"github.com/vstellar/vstellar/transport/pathsel"
 )
 
@@ -78,7 +78,7 @@ func Run(sc Scenario) (*Result, error) {
 	}
 	if bh := sc.BlackHole; bh != nil {
 		if err := clos.BlackHole(bh.Leaf, bh.Spine, netsim.Window{From: bh.At, To: 1<<63 - 1}); err != nil {
-			return nil, fmt.Errorf("simbench: %w", err)
+			return nil, fmt.Errorf("pathbench: %w", err)
 		}
 	}
 	h := &harness{sc: sc, now: clos.Now}
@@ -89,7 +89,7 @@ func Run(sc Scenario) (*Result, error) {
 			return nil, err
 		}
 		if _, err := clos.AddFlow(f.Src, f.Dst, fr.a, fr.b); err != nil {
-			return nil, fmt.Errorf("simbench: %w", err)
+			return nil, fmt.Errorf("pathbench: %w", err)
 		}
 		runs[i] = fr
 	}
@@ -131,7 +131,7 @@ func connect(sc Scenario, h *harness, f *flowRun, i uint32) (a, b *endpoint, err
 		scfg.Seed, scfg.Entropy = seed, f.Entropy
 		sel, err := pathsel.NewSelector(scfg)
 		if err != nil {
-			return nil, fmt.Errorf("simbench: flow %d: %w", i, err)
+			return nil, fmt.Errorf("pathbench: flow %d: %w", i, err)
 		}
 		cfg := sc.Transport
 		cfg.Tenant = 1
@@ -143,7 +143,7 @@ func connect(sc Scenario, h *harness, f *flowRun, i uint32) (a, b *endpoint, err
 		}
 		c, err := transport.NewConn(cfg, sink)
 		if err != nil {
-			return nil, fmt.Errorf("simbench: flow %d: %w", i, err)
+			return nil, fmt.Errorf("pathbench: flow %d: %w", i, err)
 		}
 		return &endpoint{c: c, h: h, sel: sel}, nil
 	}

@@ -1,4 +1,4 @@
-package simbench_test
+package pathbench_test
 
 import (
 	"errors"
@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vstellar/vstellar/internal/sim/netsim"
+	"github.com/vstellar/vstellar/internal/sim/pathbench"
 	"github.com/vstellar/vstellar/transport"
-	"github.com/vstellar/vstellar/transport/netsim"
 	"github.com/vstellar/vstellar/transport/pathsel"
-	"github.com/vstellar/vstellar/transport/pathsel/simbench"
 )
 
-var small = simbench.Scenario{
+var small = pathbench.Scenario{
 	Fabric:    netsim.ClosConfig{HostsPerLeaf: 3, Spines: 2, LinkRate: 10e9, Delay: time.Microsecond},
 	Transport: transport.Config{MaxPayload: 4096, Window: 16},
 	Messages:  2, MessageBytes: 256 << 10, Outstanding: 1,
@@ -24,7 +24,7 @@ var small = simbench.Scenario{
 func TestPlan(t *testing.T) {
 	sc := small
 	sc.Bidirectional, sc.Seed = true, 4
-	flows, err := simbench.Plan(sc)
+	flows, err := pathbench.Plan(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestPlan(t *testing.T) {
 		}
 		dsts[f.Dst] = true
 	}
-	again, _ := simbench.Plan(sc)
+	again, _ := pathbench.Plan(sc)
 	if fmt.Sprint(flows) != fmt.Sprint(again) {
 		t.Fatal("same seed, different plan")
 	}
@@ -62,7 +62,7 @@ func TestRun(t *testing.T) {
 	for _, k := range []pathsel.Kind{pathsel.Single, pathsel.OPS} {
 		sc := small
 		sc.Selector.Kind = k
-		r, err := simbench.Run(sc)
+		r, err := pathbench.Run(sc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestRun(t *testing.T) {
 		if rate := r.Rate(0, r.Makespan+r.Bin); rate <= 0 || rate > 1 {
 			t.Fatalf("%v: rate over the run %v", k, rate)
 		}
-		again, _ := simbench.Run(sc)
+		again, _ := pathbench.Run(sc)
 		if fmt.Sprint(again.Flows, again.Delivered) != fmt.Sprint(r.Flows, r.Delivered) {
 			t.Fatalf("%v: the run did not replay", k)
 		}
@@ -96,37 +96,37 @@ func TestRun(t *testing.T) {
 }
 
 func TestScenarioErrors(t *testing.T) {
-	for _, mut := range []func(*simbench.Scenario){
-		func(sc *simbench.Scenario) { sc.Fabric.Leaves = 3 },
-		func(sc *simbench.Scenario) { sc.Messages = -1 },
-		func(sc *simbench.Scenario) { sc.MessageBytes = 2 << 30 },
-		func(sc *simbench.Scenario) { sc.Outstanding = 1000 },
-		func(sc *simbench.Scenario) { sc.Bin = -1 },
+	for _, mut := range []func(*pathbench.Scenario){
+		func(sc *pathbench.Scenario) { sc.Fabric.Leaves = 3 },
+		func(sc *pathbench.Scenario) { sc.Messages = -1 },
+		func(sc *pathbench.Scenario) { sc.MessageBytes = 2 << 30 },
+		func(sc *pathbench.Scenario) { sc.Outstanding = 1000 },
+		func(sc *pathbench.Scenario) { sc.Bin = -1 },
 	} {
 		sc := small
 		mut(&sc)
-		if _, err := simbench.Run(sc); !errors.Is(err, simbench.ErrScenario) {
+		if _, err := pathbench.Run(sc); !errors.Is(err, pathbench.ErrScenario) {
 			t.Errorf("%+v: %v", sc, err)
 		}
 	}
 	sc := small
 	sc.Fabric.Spines = -1
-	if _, err := simbench.Run(sc); !errors.Is(err, netsim.ErrConfig) {
+	if _, err := pathbench.Run(sc); !errors.Is(err, netsim.ErrConfig) {
 		t.Errorf("bad fabric: %v", err)
 	}
 	sc = small
-	sc.BlackHole = &simbench.BlackHole{Leaf: 0, Spine: 5}
-	if _, err := simbench.Run(sc); !errors.Is(err, netsim.ErrConfig) {
+	sc.BlackHole = &pathbench.BlackHole{Leaf: 0, Spine: 5}
+	if _, err := pathbench.Run(sc); !errors.Is(err, netsim.ErrConfig) {
 		t.Errorf("black hole on a missing spine: %v", err)
 	}
 	sc = small
 	sc.Selector.Paths = 300
-	if _, err := simbench.Run(sc); !errors.Is(err, pathsel.ErrConfig) {
+	if _, err := pathbench.Run(sc); !errors.Is(err, pathsel.ErrConfig) {
 		t.Errorf("bad selector: %v", err)
 	}
 	sc = small
 	sc.Transport.Window = 1000
-	if _, err := simbench.Run(sc); !errors.Is(err, transport.ErrConfig) {
+	if _, err := pathbench.Run(sc); !errors.Is(err, transport.ErrConfig) {
 		t.Errorf("bad transport: %v", err)
 	}
 }

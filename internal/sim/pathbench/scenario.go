@@ -1,4 +1,4 @@
-package simbench
+package pathbench
 
 import (
 	"errors"
@@ -6,13 +6,13 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/vstellar/vstellar/internal/sim/netsim"
 	"github.com/vstellar/vstellar/transport"
-	"github.com/vstellar/vstellar/transport/netsim"
 	"github.com/vstellar/vstellar/transport/pathsel"
 )
 
 // ErrScenario is wrapped by the errors of a scenario that cannot run.
-var ErrScenario = errors.New("simbench: bad scenario")
+var ErrScenario = errors.New("pathbench: bad scenario")
 
 // Scenario is one run. Zero fields take the defaults.
 type Scenario struct {
@@ -72,13 +72,13 @@ func (sc Scenario) withDefaults() (Scenario, error) {
 	}
 	switch {
 	case sc.Fabric.Leaves != 2:
-		return sc, fmt.Errorf("simbench: %d leaves: the permutation needs 2: %w", sc.Fabric.Leaves, ErrScenario)
+		return sc, fmt.Errorf("pathbench: %d leaves: the permutation needs 2: %w", sc.Fabric.Leaves, ErrScenario)
 	case sc.Messages < 1 || sc.Messages > 1<<20 || sc.Outstanding < 1 || sc.Outstanding > 512:
-		return sc, fmt.Errorf("simbench: %d messages, %d outstanding: %w", sc.Messages, sc.Outstanding, ErrScenario)
+		return sc, fmt.Errorf("pathbench: %d messages, %d outstanding: %w", sc.Messages, sc.Outstanding, ErrScenario)
 	case sc.MessageBytes < 1 || sc.MessageBytes > 1<<30:
-		return sc, fmt.Errorf("simbench: messages of %d bytes: %w", sc.MessageBytes, ErrScenario)
+		return sc, fmt.Errorf("pathbench: messages of %d bytes: %w", sc.MessageBytes, ErrScenario)
 	case sc.Limit < 0 || sc.Bin <= 0:
-		return sc, fmt.Errorf("simbench: limit %v, bin %v: %w", sc.Limit, sc.Bin, ErrScenario)
+		return sc, fmt.Errorf("pathbench: limit %v, bin %v: %w", sc.Limit, sc.Bin, ErrScenario)
 	}
 	return sc, nil
 }
@@ -101,12 +101,12 @@ type Flow struct {
 func plan(sc Scenario) (*netsim.Clos, []Flow, error) {
 	clos, err := netsim.NewClos(sc.Seed, sc.Fabric)
 	if err != nil {
-		return nil, nil, fmt.Errorf("simbench: %w", err)
+		return nil, nil, fmt.Errorf("pathbench: %w", err)
 	}
 	// The selector's defaults and checks say how many paths there are.
 	sel, err := pathsel.NewSelector(sc.Selector)
 	if err != nil {
-		return nil, nil, fmt.Errorf("simbench: %w", err)
+		return nil, nil, fmt.Errorf("pathbench: %w", err)
 	}
 	paths := sel.Paths()
 	h := clos.Config().HostsPerLeaf

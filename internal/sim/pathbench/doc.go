@@ -1,5 +1,5 @@
-// Package simbench measures path selectors on a simulated leaf-spine
-// fabric (transport/netsim's Clos): a permutation of long WRITE transfers
+// Package pathbench measures path selectors on a simulated leaf-spine
+// fabric (internal/sim/netsim's Clos): a permutation of long WRITE transfers
 // from every host of leaf 0 to a distinct host of leaf 1 (and back, if
 // asked), each a pair of transport.Conn, all with one selector kind and
 // the same transport settings. Run reports each flow's fate, the
@@ -14,4 +14,4 @@
 //     in order, OK only after the receiver committed it exactly once,
 //     and every packet's bytes land at the offset they were sent from;
 //     what does not hold is reported in Result.Violations.
-package simbench
+package pathbench

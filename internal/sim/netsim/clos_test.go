@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/transport/netsim"
+	"github.com/vstellar/vstellar/internal/sim/netsim"
 )
 
 // sprayer sends n packets of size bytes, all at once or one per gap,

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/transport/netsim"
+	"github.com/vstellar/vstellar/internal/sim/netsim"
 )
 
 // blaster sends n packets of size bytes, one per Transmit, and counts

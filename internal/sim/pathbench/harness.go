@@ -1,4 +1,4 @@
-package simbench
+package pathbench
 
 import (
 	"encoding/binary"
