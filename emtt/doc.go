@@ -27,6 +27,6 @@
 //     first touch). A table with a pin cache binds only memory the cache
 //     knows: the owner moves the cache (pvdma.Cache.SetMemory) first.
 //
-// Package twolevel models the two-step path this table replaces, for
-// measurement.
+// Package internal/sim/twolevel models the two-step path this table
+// replaces, for measurement.
 package emtt

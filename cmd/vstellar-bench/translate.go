@@ -11,16 +11,16 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/emtt"
-	"github.com/vstellar/vstellar/emtt/twolevel"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/internal/sim/twolevel"
 	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
 // The translate suite: the eMTT's one-step translation against the
 // two-level path it replaces (MTT, then a 64-entry ATC shared by every
-// device of the NIC, then the IOMMU page walk on a miss; emtt/twolevel),
-// as the number of devices grows.
+// device of the NIC, then the IOMMU page walk on a miss;
+// internal/sim/twolevel), as the number of devices grows.
 //
 // Every device is its own VM: its own guest memory table, pin cache,
 // eMTT, MTT and IOMMU domain. Guest RAM is trMRs regions 256 MiB apart in
@@ -79,7 +79,7 @@ const (
 
 const translateMethod = `ns per DMA address translation with 1 to 1024 devices, each its own VM
 with 4 MRs of 64 MiB, through the eMTT (emtt.Table.Translate) and through a
-model of the two-level path it replaces (emtt/twolevel: a per-device MTT of
+model of the two-level path it replaces (internal/sim/twolevel: a per-device MTT of
 4 KiB pages, then per page a 64-entry ATC shared by all devices, with a
 4-level IOMMU page walk on a miss), on the same precomputed sequence of
 DMAs of 4-64 KiB, devices interleaved; best of the rounds. Neither

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vstellar/vstellar/emtt/twolevel"
+	"github.com/vstellar/vstellar/internal/sim/twolevel"
 )
 
 // translate --json (tiny: 1 and 4 devices, 2000 DMAs a pattern): every

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/vstellar/vstellar/emtt"
-	"github.com/vstellar/vstellar/emtt/twolevel"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/internal/sim/twolevel"
 	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
