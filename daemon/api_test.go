@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/vstellar/vstellar/api"
-	"github.com/vstellar/vstellar/daemon/daemontest"
+	"github.com/vstellar/vstellar/internal/testkit/daemontest"
 )
 
 // rawDo sends a raw request over the API socket and returns status and

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/vstellar/vstellar/api"
-	"github.com/vstellar/vstellar/daemon/daemontest"
+	"github.com/vstellar/vstellar/internal/testkit/daemontest"
 )
 
 func TestConcurrentCreateSameName(t *testing.T) {

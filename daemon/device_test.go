@@ -13,7 +13,7 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
-	"github.com/vstellar/vstellar/daemon/daemontest"
+	"github.com/vstellar/vstellar/internal/testkit/daemontest"
 )
 
 func newManager(t *testing.T, cfg daemon.Config) *daemon.Manager {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
-	"github.com/vstellar/vstellar/daemon/daemontest"
 	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/internal/netlab"
+	"github.com/vstellar/vstellar/internal/testkit/daemontest"
 )
 
 func fabricSpec(t *testing.T) *daemon.FabricSpec {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
-	"github.com/vstellar/vstellar/daemon/daemontest"
+	"github.com/vstellar/vstellar/internal/testkit/daemontest"
 )
 
 // shortTempDir is a temporary run dir short enough for any device name

@@ -15,7 +15,7 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
-	"github.com/vstellar/vstellar/daemon/daemontest"
+	"github.com/vstellar/vstellar/internal/testkit/daemontest"
 )
 
 func TestRunShutdownCleansUp(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/internal/sim/vmsim"
+	"github.com/vstellar/vstellar/internal/testkit/vhosttest"
 	"github.com/vstellar/vstellar/vhost"
-	"github.com/vstellar/vstellar/vhost/vhosttest"
 	"github.com/vstellar/vstellar/virtio"
 	"github.com/vstellar/vstellar/virtio/abi"
 )

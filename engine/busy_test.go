@@ -4,8 +4,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/vstellar/vstellar/engine/enginetest"
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/internal/testkit/enginetest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/engine"
-	"github.com/vstellar/vstellar/engine/enginetest"
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/internal/testkit/enginetest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

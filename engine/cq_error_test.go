@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/engine"
-	"github.com/vstellar/vstellar/engine/enginetest"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/internal/testkit/enginetest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

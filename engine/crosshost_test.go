@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/engine/enginetest"
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/internal/testkit/enginetest"
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/virtio/abi"
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/emtt"
-	"github.com/vstellar/vstellar/engine/enginetest"
+	"github.com/vstellar/vstellar/internal/testkit/enginetest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

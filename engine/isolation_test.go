@@ -9,8 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vstellar/vstellar/engine"
-	"github.com/vstellar/vstellar/engine/enginetest"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/internal/testkit/enginetest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

@@ -3,8 +3,8 @@ package engine_test
 import (
 	"testing"
 
-	"github.com/vstellar/vstellar/engine/enginetest"
 	"github.com/vstellar/vstellar/fabric"
+	"github.com/vstellar/vstellar/internal/testkit/enginetest"
 	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/virtio/abi"
 )

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/engine/enginetest"
+	"github.com/vstellar/vstellar/internal/testkit/enginetest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

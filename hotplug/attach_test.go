@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/hotplug/qmptest"
+	"github.com/vstellar/vstellar/internal/testkit/qmptest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/vstellar/vstellar/hotplug/qmptest"
+	"github.com/vstellar/vstellar/internal/testkit/qmptest"
 )
 
 // BenchmarkExecute is one command's round trip through go-qemu and the

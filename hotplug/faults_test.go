@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/hotplug/qmptest"
+	"github.com/vstellar/vstellar/internal/testkit/qmptest"
 )
 
 // A peer that is not QEMU, or a QEMU that misbehaves, during Dial: each

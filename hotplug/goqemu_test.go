@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-qemu/qmp"
-	"github.com/vstellar/vstellar/hotplug/qmptest"
+	"github.com/vstellar/vstellar/internal/testkit/qmptest"
 )
 
 // rawMonitor connects go-qemu's monitor to a qmptest server with faults.

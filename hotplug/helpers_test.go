@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/hotplug/qmptest"
+	"github.com/vstellar/vstellar/internal/testkit/qmptest"
 )
 
 // tempDir is a short directory (unix socket paths are limited to 107

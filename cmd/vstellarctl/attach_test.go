@@ -13,7 +13,7 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/hotplug"
-	"github.com/vstellar/vstellar/hotplug/qmptest"
+	"github.com/vstellar/vstellar/internal/testkit/qmptest"
 )
 
 // hotplugRig is a daemon with fake devices (boot0) and a QMP server

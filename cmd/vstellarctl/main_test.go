@@ -11,7 +11,7 @@ import (
 
 	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
-	"github.com/vstellar/vstellar/daemon/daemontest"
+	"github.com/vstellar/vstellar/internal/testkit/daemontest"
 )
 
 // startDaemon runs a Manager with fake devices in-process and returns its

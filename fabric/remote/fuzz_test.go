@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vstellar/vstellar/engine/enginetest"
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/internal/testkit/enginetest"
 	"github.com/vstellar/vstellar/transport/wire"
 	"github.com/vstellar/vstellar/virtio/abi"
 )

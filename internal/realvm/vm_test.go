@@ -15,8 +15,8 @@ import (
 
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/hotplug"
+	"github.com/vstellar/vstellar/internal/testkit/vhosttest"
 	"github.com/vstellar/vstellar/vhost"
-	"github.com/vstellar/vstellar/vhost/vhosttest"
 	"github.com/vstellar/vstellar/virtio"
 	"github.com/vstellar/vstellar/virtio/abi"
 	"golang.org/x/sys/unix"
