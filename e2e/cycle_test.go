@@ -174,7 +174,7 @@ func cycleOnce(t *testing.T, socket string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	vm, err := vmsim.New(ctx, guestdriver.VMConfig(socket, 1<<30))
+	vm, err := vmsim.New(ctx, vmsim.DeviceConfig(socket, 1<<30))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func cycleOnce(t *testing.T, socket string) {
 	if err := vm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	drv, err := guestdriver.Open(ctx, guestdriver.NewVMTransport(vm))
+	drv, err := guestdriver.Open(ctx, vmsim.NewTransport(vm))
 	if err != nil {
 		t.Fatal(err)
 	}

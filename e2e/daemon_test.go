@@ -67,7 +67,7 @@ func bootVM(t *testing.T, socket string, mem uint64) (*vmsim.VM, *guestdriver.De
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	vm, err := vmsim.New(ctx, guestdriver.VMConfig(socket, mem))
+	vm, err := vmsim.New(ctx, vmsim.DeviceConfig(socket, mem))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func bootVM(t *testing.T, socket string, mem uint64) (*vmsim.VM, *guestdriver.De
 	if err := vm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	drv, err := guestdriver.Open(ctx, guestdriver.NewVMTransport(vm))
+	drv, err := guestdriver.Open(ctx, vmsim.NewTransport(vm))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestDaemonProcessLifeCycle(t *testing.T) {
 	if err := vm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	drv, err = guestdriver.Open(ctx, guestdriver.NewVMTransport(vm))
+	drv, err = guestdriver.Open(ctx, vmsim.NewTransport(vm))
 	if err != nil {
 		t.Fatal(err)
 	}

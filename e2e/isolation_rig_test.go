@@ -230,7 +230,7 @@ func command(ctx context.Context, vm *hostsim.VM, op abi.Opcode, req, resp any) 
 	if resp != nil {
 		size = binary.Size(resp)
 	}
-	out, err := guestdriver.NewVMTransport(vm.VM).Command(ctx, abi.AppendRequest(nil, op, payload), uint32(abi.ResponseHeaderSize+size))
+	out, err := vmsim.NewTransport(vm.VM).Command(ctx, abi.AppendRequest(nil, op, payload), uint32(abi.ResponseHeaderSize+size))
 	if err != nil {
 		return err
 	}

@@ -17,15 +17,16 @@
 // Files: device.go (Open, commands, config), port.go (port and GIDs),
 // memory.go (guest DMA buffers), doorbell.go (doorbell region, both
 // modes), pd.go (PD, AH), mr.go, cq.go, qp.go, connect.go (RESET to RTS),
-// post.go (work requests), events.go, transport.go and vmtransport.go.
+// post.go (work requests), events.go and transport.go.
 //
 // The library talks to the device only through a [Transport], the seam
 // between the verbs logic and how the guest reaches the device: commands,
 // config space, guest DMA memory, the doorbell region, the wake-up
-// notification and the event queue. [VMTransport] runs the "guest" inside
-// the simulated VMM of package vmsim (guest memory is the VM's memfd RAM,
-// doorbells are the SHMEM_MAP'd pages); a virtio-pci transport for real
-// guests comes later and needs no change here.
+// notification and the event queue. Package virtiopci is the transport
+// for real guests; the simulated VM's (internal/sim/vmsim, a test rig that
+// this package does not link) runs the "guest" inside the simulated VMM
+// (guest memory is the VM's memfd RAM, doorbells are the SHMEM_MAP'd
+// pages).
 //
 // Doorbells: with config status DOORBELL_SHMEM the records live in the
 // device's shared memory region. With DOORBELL_GUEST_RAM (a VMM without

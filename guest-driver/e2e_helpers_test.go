@@ -1,4 +1,4 @@
-package guestdriver
+package guestdriver_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/fabric"
+	. "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio/abi"
 )

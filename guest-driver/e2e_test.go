@@ -1,4 +1,4 @@
-package guestdriver
+package guestdriver_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/vstellar/vstellar/device"
 	"github.com/vstellar/vstellar/fabric"
+	. "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/internal/sim/frontend"
 	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -98,7 +99,7 @@ func TestE2EConnectAndQuery(t *testing.T) {
 	if err := a.qp.Destroy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.d.call(ctx, abi.OpDestroyQP, &abi.HandleReq{Handle: qpn}, nil); !errors.Is(err, abi.StatusNotFound) {
+	if err := a.d.CallForTest(ctx, abi.OpDestroyQP, &abi.HandleReq{Handle: qpn}, nil); !errors.Is(err, abi.StatusNotFound) {
 		t.Fatalf("second DESTROY_QP: %v", err)
 	}
 	for _, cq := range []*CQ{a.scq, a.rcq} {
@@ -331,9 +332,9 @@ func TestE2EUnsignalled(t *testing.T) {
 	// The unsignalled WQEs were retired all the same: the ring has room
 	// for a full queue again.
 	deadline := time.Now().Add(5 * time.Second)
-	for a.qp.rec.LoadUint32Acquire(abi.QPDoorbellOffSQCons) != 4 {
+	for a.qp.DoorbellRecord().LoadUint32Acquire(abi.QPDoorbellOffSQCons) != 4 {
 		if time.Now().After(deadline) {
-			t.Fatalf("sq_cons %d, want 4", a.qp.rec.LoadUint32Acquire(abi.QPDoorbellOffSQCons))
+			t.Fatalf("sq_cons %d, want 4", a.qp.DoorbellRecord().LoadUint32Acquire(abi.QPDoorbellOffSQCons))
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -400,8 +401,8 @@ func TestE2ECQNotify(t *testing.T) {
 	}
 	checkWC(t, pollOne(t, b.rcq), 3, abi.WCRecv, abi.WCSuccess)
 	// The arm_ack echoes the sequence number that fired.
-	if sn := b.rcq.rec.LoadUint32Acquire(abi.CQDoorbellOffArmAck); sn != b.rcq.armSN {
-		t.Fatalf("arm_ack %d, armed %d", sn, b.rcq.armSN)
+	if sn := b.rcq.DoorbellRecordForTest().LoadUint32Acquire(abi.CQDoorbellOffArmAck); sn != b.rcq.ArmSNForTest() {
+		t.Fatalf("arm_ack %d, armed %d", sn, b.rcq.ArmSNForTest())
 	}
 }
 
@@ -493,7 +494,7 @@ func TestE2EGuestRAMDoorbells(t *testing.T) {
 	}
 	a, b := newPair(t, endOpts{vm: noShmem})
 	for _, e := range []*end{a, b} {
-		if e.r.dev.DoorbellMode() != device.DoorbellGuestRAM || e.d.db.area.Len() == 0 {
+		if e.r.dev.DoorbellMode() != device.DoorbellGuestRAM || e.d.DoorbellAreaForTest().Len() == 0 {
 			t.Fatalf("%s: doorbell mode %v", e.name, e.r.dev.DoorbellMode())
 		}
 	}
@@ -515,14 +516,14 @@ func TestE2EGuestRAMDoorbells(t *testing.T) {
 	}
 	// The area is IO memory: no MR may cover it, no DMA may reach it.
 	ctx := testCtx(t)
-	area := a.d.db.area
+	area := a.d.DoorbellAreaForTest()
 	if _, err := a.pd.RegMR(ctx, area, abi.AccessLocalWrite); !errors.Is(err, abi.StatusBadAddress) {
 		t.Fatalf("MR over the doorbell area: %v", err)
 	}
 	// A re-opened driver registers a new area: RESET_STATE dropped the
 	// old one with everything else.
 	a.d.Close()
-	nd, err := Open(ctx, NewVMTransport(a.r.vm))
+	nd, err := Open(ctx, vmsim.NewTransport(a.r.vm))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,8 +532,8 @@ func TestE2EGuestRAMDoorbells(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nd.db.area.GPA == area.GPA || cq.Num() != a.scq.Num() {
-		t.Fatalf("new area at %#x (old %#x), first CQ %d", nd.db.area.GPA, area.GPA, cq.Num())
+	if nd.DoorbellAreaForTest().GPA == area.GPA || cq.Num() != a.scq.Num() {
+		t.Fatalf("new area at %#x (old %#x), first CQ %d", nd.DoorbellAreaForTest().GPA, area.GPA, cq.Num())
 	}
 	// The old area is plain guest RAM again: an MR may cover it.
 	pd, err := nd.AllocPD(ctx)
@@ -542,7 +543,7 @@ func TestE2EGuestRAMDoorbells(t *testing.T) {
 	if _, err := pd.RegMR(ctx, area, abi.AccessLocalWrite); err != nil {
 		t.Fatalf("MR over the old doorbell area: %v", err)
 	}
-	if _, err := pd.RegMR(ctx, nd.db.area, abi.AccessLocalWrite); !errors.Is(err, abi.StatusBadAddress) {
+	if _, err := pd.RegMR(ctx, nd.DoorbellAreaForTest(), abi.AccessLocalWrite); !errors.Is(err, abi.StatusBadAddress) {
 		t.Fatalf("MR over the new doorbell area: %v", err)
 	}
 }
@@ -559,7 +560,7 @@ func TestE2EReopenDropsEverything(t *testing.T) {
 
 	// B's guest reboots its driver: a new Open on the same device.
 	b.d.Close()
-	nd, err := Open(ctx, NewVMTransport(b.r.vm))
+	nd, err := Open(ctx, vmsim.NewTransport(b.r.vm))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +573,7 @@ func TestE2EReopenDropsEverything(t *testing.T) {
 		if c.op == abi.OpQueryQP {
 			resp = &abi.QueryQPResp{}
 		}
-		if err := nd.call(ctx, c.op, &abi.HandleReq{Handle: c.h}, resp); !errors.Is(err, abi.StatusNotFound) {
+		if err := nd.CallForTest(ctx, c.op, &abi.HandleReq{Handle: c.h}, resp); !errors.Is(err, abi.StatusNotFound) {
 			t.Errorf("%v %d after re-open: %v", c.op, c.h, err)
 		}
 	}

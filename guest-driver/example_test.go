@@ -44,7 +44,7 @@ func Example() {
 		mr  *guestdriver.MR
 	}
 	setup := func(vm *vmsim.VM) *side {
-		dev, err := guestdriver.Open(ctx, guestdriver.NewVMTransport(vm))
+		dev, err := guestdriver.Open(ctx, vmsim.NewTransport(vm))
 		check(err)
 		pd, err := dev.AllocPD(ctx)
 		check(err)
@@ -115,7 +115,7 @@ func exampleVM(ctx context.Context, dir, name string, fab fabric.Fabric) (*vmsim
 			backend.Serve(ctx, conn)
 		}
 	}()
-	vm, err := vmsim.New(ctx, guestdriver.VMConfig(sock, 16<<20))
+	vm, err := vmsim.New(ctx, vmsim.DeviceConfig(sock, 16<<20))
 	check(err)
 	check(vm.Start(ctx))
 	return vm, func() {

@@ -1,10 +1,11 @@
-package guestdriver
+package guestdriver_test
 
 import (
 	"bytes"
 	"errors"
 	"testing"
 
+	. "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 

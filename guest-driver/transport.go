@@ -2,16 +2,22 @@ package guestdriver
 
 import (
 	"context"
+	"errors"
 
 	"github.com/vstellar/vstellar/guestmem"
 )
+
+// ErrNoDoorbells: the transport has no doorbell region mapped (the
+// front-end lacks SHMEM, or the device chose the guest-RAM fallback).
+var ErrNoDoorbells = errors.New("guestdriver: doorbell region not mapped")
 
 // Transport is how a driver reaches one vStellar device: the seam between
 // the verbs logic of this package and the bus the device sits on. The
 // control path needs Command and ReadConfig; the data path needs guest
 // DMA memory, the doorbell region, the wake-up notification and the event
 // queue. A virtio-pci transport maps each method onto the PCI device (BAR
-// shared memory, notify area, MSI-X); VMTransport onto the simulated VM.
+// shared memory, notify area, MSI-X); internal/sim/vmsim's Transport onto
+// the simulated VM.
 type Transport interface {
 	// Command sends one control request (header and payload, as encoded
 	// by package abi) on the control queue with a device-writable buffer

@@ -1,4 +1,4 @@
-package guestdriver
+package guestdriver_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/vstellar/vstellar/device"
 	"github.com/vstellar/vstellar/fabric"
+	. "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/internal/sim/frontend"
 	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/vhost"
@@ -92,7 +93,7 @@ func startRigOn(t *testing.T, name string, fab fabric.Fabric, mut func(*vmsim.Co
 	if err := vm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	drv, err := Open(ctx, NewVMTransport(vm))
+	drv, err := Open(ctx, vmsim.NewTransport(vm))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,11 +116,11 @@ func TestVMQueryDevice(t *testing.T) {
 	}
 	// Malformed commands get a status, and the queue keeps working.
 	for _, op := range []abi.Opcode{abi.OpCreateQP, abi.OpRegMR, abi.OpAllocPD} {
-		if _, err := r.drv.command(ctx, op, make([]byte, 17), 16); !errors.Is(err, abi.StatusInvalidArgument) {
+		if _, err := r.drv.CommandForTest(ctx, op, make([]byte, 17), 16); !errors.Is(err, abi.StatusInvalidArgument) {
 			t.Errorf("%v: %v", op, err)
 		}
 	}
-	if _, err := r.drv.command(ctx, 999, nil, 0); !errors.Is(err, abi.StatusInvalidOpcode) {
+	if _, err := r.drv.CommandForTest(ctx, 999, nil, 0); !errors.Is(err, abi.StatusInvalidOpcode) {
 		t.Errorf("opcode 999: %v", err)
 	}
 	if _, err := r.drv.QueryDevice(ctx); err != nil {
@@ -197,4 +198,53 @@ func TestVMFallbackWithoutFeature(t *testing.T) {
 	if r.drv.Config().Status != abi.ConfigStatusDoorbellGuestRAM {
 		t.Fatalf("status %#x", r.drv.Config().Status)
 	}
+}
+
+// TestVMReopenKeepsEventQueue: Open and Close ten times on one VM. Each
+// Open succeeds (the event queue of 256 would be full after four Opens
+// that each added 64 buffers), the queue holds eventBuffers buffers, and
+// the last Device still gets its events.
+func TestVMReopenKeepsEventQueue(t *testing.T) {
+	r := startRig(t, "reopen", nil)
+	ctx := testCtx(t)
+	tr := vmsim.NewTransport(r.vm)
+	d := r.drv
+	for i := range 10 {
+		d.Close()
+		var err error
+		if d, err = Open(ctx, tr); err != nil {
+			t.Fatalf("Open %d: %v", i+2, err)
+		}
+		if n, err := tr.PostedEventBuffers(); err != nil || n != EventBuffersForTest {
+			t.Fatalf("Open %d: %d event buffers posted (%v), want %d", i+2, n, err, EventBuffersForTest)
+		}
+	}
+	defer d.Close()
+	// A CQ notification: a receive on a QP in ERR is flushed, and the
+	// flush completion fires the armed CQ.
+	pd, err := d.AllocPD(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(ctx, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(ctx, QPInit{SendCQ: cq, RecvCQ: cq, Cap: QPCap{SQSize: 4, RQSize: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Modify(ctx, abi.QPAttrState, abi.QPAttr{State: abi.QPStateErr}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.PostRecv(RecvWR{WRID: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.Wait(ctx); err != nil {
+		t.Fatalf("no CQ notification after ten reopens: %v", err)
+	}
+	checkWC(t, pollOne(t, cq), 5, abi.WCRecv, abi.WCWRFlushErr)
 }

@@ -133,7 +133,7 @@ type benchVM struct {
 // the guest driver; a CQ makes the device's engine start (and then sleep,
 // nothing being posted).
 func bootIdleVM(ctx context.Context, socket string) (*benchVM, error) {
-	vm, err := vmsim.New(ctx, guestdriver.VMConfig(socket, devVMMem))
+	vm, err := vmsim.New(ctx, vmsim.DeviceConfig(socket, devVMMem))
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func bootIdleVM(ctx context.Context, socket string) (*benchVM, error) {
 	if err := vm.Start(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("DRIVER_OK: %w", err), vm.Close())
 	}
-	if v.drv, err = guestdriver.Open(ctx, guestdriver.NewVMTransport(vm)); err != nil {
+	if v.drv, err = guestdriver.Open(ctx, vmsim.NewTransport(vm)); err != nil {
 		return nil, errors.Join(fmt.Errorf("probe: %w", err), vm.Close())
 	}
 	if _, err := v.drv.CreateCQ(ctx, 16); err != nil {

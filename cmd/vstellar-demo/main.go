@@ -346,7 +346,7 @@ func (d *demo) lifecycle(ctx context.Context, vm *vmsim.VM, drv *guestdriver.Dev
 	if err := vm.Start(ctx); err != nil {
 		return fmt.Errorf("start after reset: %w", err)
 	}
-	drv, err = guestdriver.Open(ctx, guestdriver.NewVMTransport(vm))
+	drv, err = guestdriver.Open(ctx, vmsim.NewTransport(vm))
 	if err != nil {
 		return fmt.Errorf("probe after reset: %w", err)
 	}

@@ -176,7 +176,7 @@ func (e *env) victimServes(t *testing.T) {
 func tryBootVM(socket string, mem uint64) (*vmsim.VM, *guestdriver.Device, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	vm, err := vmsim.New(ctx, guestdriver.VMConfig(socket, mem))
+	vm, err := vmsim.New(ctx, vmsim.DeviceConfig(socket, mem))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -184,7 +184,7 @@ func tryBootVM(socket string, mem uint64) (*vmsim.VM, *guestdriver.Device, error
 		vm.Close()
 		return nil, nil, err
 	}
-	drv, err := guestdriver.Open(ctx, guestdriver.NewVMTransport(vm))
+	drv, err := guestdriver.Open(ctx, vmsim.NewTransport(vm))
 	if err != nil {
 		vm.Close()
 		return nil, nil, err

@@ -11,6 +11,7 @@ import (
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/guest-driver/agent"
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/sim/vmsim"
 )
 
 // lifecycleGuest is one simulated VM whose agent has the life-cycle
@@ -40,7 +41,7 @@ func startLifecycleGuest(t *testing.T, ctx context.Context, hooks bool) *lifecyc
 		dev := vm.Driver
 		o.Reopen = func(ctx context.Context) (*guestdriver.Device, error) {
 			dev.Close()
-			d, err := guestdriver.Open(ctx, guestdriver.NewVMTransport(vm.VM))
+			d, err := guestdriver.Open(ctx, vmsim.NewTransport(vm.VM))
 			dev = d
 			return d, err
 		}

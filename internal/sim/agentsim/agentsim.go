@@ -91,7 +91,7 @@ func startGuest(ctx, sctx context.Context, host *hostsim.Host, name string, o Op
 	// The guest program re-probes with a transport that remembers the
 	// doorbell area it registers: only the driver knows where it is.
 	vm.Driver.Close()
-	wt := &watchTransport{Transport: guestdriver.NewVMTransport(vm.VM)}
+	wt := &watchTransport{Transport: vmsim.NewTransport(vm.VM)}
 	drv, err := guestdriver.Open(ctx, wt)
 	if err != nil {
 		return nil, fmt.Errorf("agentsim: %s: %w", name, err)

@@ -197,7 +197,7 @@ func (h *Host) Boot(ctx context.Context, name, socket string, o VMOptions) (*VM,
 	if o.MemSize == 0 {
 		o.MemSize = 1 << 30
 	}
-	cfg := guestdriver.VMConfig(socket, o.MemSize)
+	cfg := vmsim.DeviceConfig(socket, o.MemSize)
 	cfg.Logger = h.log
 	if o.Configure != nil {
 		o.Configure(&cfg)
@@ -216,7 +216,7 @@ func (h *Host) Boot(ctx context.Context, name, socket string, o VMOptions) (*VM,
 	}
 	t2 := time.Now()
 	bt.DriverOK = t2.Sub(t1)
-	drv, err := guestdriver.Open(ctx, guestdriver.NewVMTransport(vm))
+	drv, err := guestdriver.Open(ctx, vmsim.NewTransport(vm))
 	if err != nil {
 		vm.Close()
 		return nil, fmt.Errorf("hostsim: %s: probe: %w", name, err)

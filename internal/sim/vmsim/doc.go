@@ -14,6 +14,11 @@
 // them here): the same requests in the same order, phase by phase, but
 // for the guest's config reads and where QEMU 11.1.3 crashes (below).
 //
+// Transport (transport.go) is the guest verbs library's
+// guestdriver.Transport onto a VM, and DeviceConfig a VM with one
+// vStellar device: the simulated guest's side. They live here, not in
+// guest-driver, so that the verbs library does not link the simulator.
+//
 // Invariants:
 //   - Guest RAM is one sealed memfd, mapped once (MAP_SHARED) in the VMM and
 //     never touched except where the guest driver puts rings and buffers, so
