@@ -67,6 +67,7 @@ func mountAll() error {
 		{"proc", "/proc", "proc"},
 		{"sysfs", "/sys", "sysfs"},
 		{"devtmpfs", "/dev", "devtmpfs"},
+		{"tmpfs", "/dev/shm", "tmpfs"}, // POSIX shared memory (UCX's, for one)
 		{"hugetlbfs", "/dev/hugepages", "hugetlbfs"},
 	} {
 		if err := os.MkdirAll(m.dst, 0o755); err != nil {

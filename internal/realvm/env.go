@@ -52,16 +52,16 @@ type Env struct {
 }
 
 // RDMA is what runs unmodified RDMA programs in a guest: rdma-core's
-// tools and perftest from sid, and what builds the kernel driver and the
-// provider inside the sid root.
+// tools and perftest from sid, UCX from trixie, and what builds the kernel
+// driver and the provider inside the sid root.
 type RDMA struct {
 	// GuestRoot holds the programs and every library they load, with an
 	// ld.so.cache, laid out as in the guest.
 	GuestRoot string
-	// RDMACore and Perftest are the Debian versions; ProviderABI is
+	// RDMACore, Perftest and UCX are the Debian versions; ProviderABI is
 	// rdma-core's private provider ABI (providers are
 	// lib<name>-rdmav<ProviderABI>.so).
-	RDMACore, ProviderABI, Perftest string
+	RDMACore, ProviderABI, Perftest, UCX string
 	// RDMACoreSrc, KernelHeaders and NewestKernelHeaders are paths inside
 	// the sid root: rdma-core's source of the installed version, the
 	// guest kernel's headers and sid's newest kernel's.
@@ -139,6 +139,7 @@ type manifest struct {
 		RDMACore            string `json:"rdma_core"`
 		ProviderABI         string `json:"provider_abi"`
 		Perftest            string `json:"perftest"`
+		UCX                 string `json:"ucx"`
 		RDMACoreSrc         string `json:"rdma_core_src"`
 		KernelHeaders       string `json:"kernel_headers"`
 		NewestKernelHeaders string `json:"newest_kernel_headers"`
@@ -241,7 +242,7 @@ func Load(dir string) (*Env, error) {
 		return nil, fmt.Errorf("realvm: %s/manifest.json has no rdma part (run prepare.sh again)", dir)
 	}
 	e.RDMA = RDMA{
-		GuestRoot: need(r.GuestRoot), RDMACore: r.RDMACore, ProviderABI: r.ProviderABI, Perftest: r.Perftest,
+		GuestRoot: need(r.GuestRoot), RDMACore: r.RDMACore, ProviderABI: r.ProviderABI, Perftest: r.Perftest, UCX: r.UCX,
 		RDMACoreSrc: r.RDMACoreSrc, KernelHeaders: r.KernelHeaders, NewestKernelHeaders: r.NewestKernelHeaders,
 		Checkpatch: r.Checkpatch,
 	}

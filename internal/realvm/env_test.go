@@ -49,6 +49,7 @@ const fakeManifest = `{
     "rdma_core": "65.0-1.1",
     "provider_abi": "65",
     "perftest": "25.01.0+0.80-1",
+    "ucx": "1.18.1+ds-2+b1",
     "rdma_core_src": "/srv/rdma-core/src",
     "kernel_headers": "/usr/src/linux-headers-6.12.117+deb13-amd64",
     "newest_kernel_headers": "/usr/src/linux-headers-7.2.13+deb14-amd64",

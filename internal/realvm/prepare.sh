@@ -84,6 +84,16 @@ RDMA_PACKAGES="rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmac
 RDMA_BUILD_DEPS="build-essential gcc-14 cmake ninja-build pkgconf libnl-3-dev libnl-route-3-dev libudev-dev libsystemd-dev python3 linux-headers-amd64"
 # What goes into the guest (with every library they load).
 RDMA_GUEST_BINS="ibv_devices ibv_devinfo ibv_rc_pingpong ibv_srq_pingpong ib_write_bw ib_write_lat ib_send_bw ib_send_lat ib_read_bw ib_read_lat ib_atomic_bw ib_atomic_lat rdma ip sh cat ls dmesg sleep grep"
+# UCX for ucx_perftest over rc_verbs: trixie's 1.18, since sid's 1.23 rc
+# is built without the IB transports. Its packages are unpacked, not
+# installed (they would pull in ROCm); what they load comes from sid.
+UCX_SUITE=trixie
+UCX_DEBS="libucx0 ucx-utils"
+UCX_DEPS="libopenmpi40 libibmad5 libibumad3 libfuse3-4 libgomp1"
+# What of UCX goes into the guest: the tools, the core libraries, and the
+# transports a guest can use (no ROCm, no mlx5 direct verbs, no rdmacm).
+UCX_GUEST_FILES="usr/bin/ucx_perftest usr/bin/ucx_info usr/lib/x86_64-linux-gnu/libucp.so.0 usr/lib/x86_64-linux-gnu/libuct.so.0 usr/lib/x86_64-linux-gnu/libucs.so.0 usr/lib/x86_64-linux-gnu/libucs_signal.so.0 usr/lib/x86_64-linux-gnu/libucm.so.0 usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so.0 usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so.0"
+UCX_ROOT=/srv/ucx
 RDMA_SRC=/srv/rdma-core
 CHECKPATCH=/srv/checkpatch
 # Stand-in ids to try, in order. Each must be named in stock QEMU's
@@ -378,20 +388,25 @@ step_standin() {
 }
 
 # stage_guest_root DIR: copies into DIR, inside the sid root, the programs
-# of RDMA_GUEST_BINS and rxe's provider with every library they load (at
-# the paths the loader resolved, symlinks followed) and an ld.so.cache for
-# that tree.
+# of RDMA_GUEST_BINS, rxe's provider and UCX_GUEST_FILES (from the tree
+# unpacked at UCX_ROOT, to their paths in the package) with every library
+# they load (at the paths the loader resolved, symlinks followed) and an
+# ld.so.cache for that tree.
 stage_guest_root() {
 	local g=$1 f
 	rm -rf "$g"
 	mkdir -p "$g/etc/libibverbs.d"
 	for f in $RDMA_GUEST_BINS; do command -v "$f" >/dev/null || { echo "no $f in the root"; return 1; }; done
-	for f in $(for b in $RDMA_GUEST_BINS; do command -v "$b"; done) /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so; do
+	for f in $UCX_GUEST_FILES; do [[ -e $UCX_ROOT/$f ]] || { echo "no $f in $UCX_ROOT"; return 1; }; done
+	for f in $(for b in $RDMA_GUEST_BINS; do command -v "$b"; done) /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so \
+		$(for u in $UCX_GUEST_FILES; do echo "$UCX_ROOT/$u"; done); do
 		echo "$f"
-		ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/.*ld-linux/ { print $1 }'
+		LD_LIBRARY_PATH=$UCX_ROOT/usr/lib/x86_64-linux-gnu ldd "$f" |
+			awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/.*ld-linux/ { print $1 }'
 	done | sort -u | while read -r f; do
-		mkdir -p "$g${f%/*}"
-		cp -L "$f" "$g$f"
+		local to=${f#"$UCX_ROOT"}
+		mkdir -p "$g${to%/*}"
+		cp -L "$f" "$g$to"
 	done
 	cp /etc/libibverbs.d/rxe.driver "$g/etc/libibverbs.d/"
 	cp -r /etc/ld.so.conf /etc/ld.so.conf.d "$g/etc/"
@@ -413,7 +428,7 @@ step_rdma() {
 	in_root "
 		kver=$kver
 		apt-get update -qq
-		apt-get install -y -q --no-install-recommends $RDMA_PACKAGES $RDMA_BUILD_DEPS linux-headers-$kver/$KERNEL_SUITE
+		apt-get install -y -q --no-install-recommends $RDMA_PACKAGES $RDMA_BUILD_DEPS $UCX_DEPS linux-headers-$kver/$KERNEL_SUITE
 		apt-get clean
 		ver=\$(dpkg-query -W -f='\${Version}' rdma-core)
 		rm -rf $RDMA_SRC && mkdir -p $RDMA_SRC && cd $RDMA_SRC
@@ -421,7 +436,14 @@ step_rdma() {
 		/usr/lib/apt/apt-helper download-file \"\${1//\\'/}\" orig.tar \"\$4\"
 		mkdir src && tar -xf orig.tar -C src --strip-components=1 && rm orig.tar
 		grep -q \"set(PACKAGE_VERSION \\\"\${ver%%-*}\\\")\" src/CMakeLists.txt
+		rm -rf $UCX_ROOT && mkdir -p $UCX_ROOT/debs && cd $UCX_ROOT/debs
+		for p in $UCX_DEBS; do apt-get download -q \$p/$UCX_SUITE; done
+		for d in *.deb; do dpkg-deb -x \$d $UCX_ROOT; done
+		dpkg-deb -f libucx0_*.deb Version >$UCX_ROOT/version
+		cd / && rm -rf $UCX_ROOT/debs
 		RDMA_GUEST_BINS='$RDMA_GUEST_BINS'
+		UCX_GUEST_FILES='$UCX_GUEST_FILES'
+		UCX_ROOT=$UCX_ROOT
 		$(declare -f stage_guest_root)
 		stage_guest_root /srv/guest-root
 		# checkpatch.pl (and the files it reads) from the guest kernel's
@@ -435,13 +457,13 @@ step_rdma() {
 		cd $RDMA_SRC
 		newest=\$(dpkg-query -W -f='\${Depends}' linux-headers-amd64 | grep -o 'linux-headers-[^ ,]*')
 		pabi=\$(sed -n 's/^set(IBVERBS_PABI_VERSION \"\\(.*\\)\")/\\1/p' src/CMakeLists.txt)
-		printf '%s\n' \"\$ver\" \"\$pabi\" \"\$(dpkg-query -W -f='\${Version}' perftest)\" \"/usr/src/linux-headers-$kver\" \"/usr/src/\$newest\" >/srv/guest-root.info
+		printf '%s\n' \"\$ver\" \"\$pabi\" \"\$(dpkg-query -W -f='\${Version}' perftest)\" \"/usr/src/linux-headers-$kver\" \"/usr/src/\$newest\" \"\$(cat $UCX_ROOT/version)\" >/srv/guest-root.info
 	"
 	mv "$SID/srv/guest-root" "$out.new/guest-root"
 	mv "$SID/srv/guest-root.info" "$out.new/info"
 	rm -rf "$out"
 	mv "$out.new" "$out"
-	echo "rdma-core $(sed -n 1p "$out/info") (provider ABI $(sed -n 2p "$out/info")), perftest $(sed -n 3p "$out/info"), guest root $(du -sh "$out/guest-root" | cut -f1)"
+	echo "rdma-core $(sed -n 1p "$out/info") (provider ABI $(sed -n 2p "$out/info")), perftest $(sed -n 3p "$out/info"), UCX $(sed -n 6p "$out/info"), guest root $(du -sh "$out/guest-root" | cut -f1)"
 }
 
 # json STRING: STRING as a JSON string.
@@ -514,7 +536,8 @@ step_manifest() {
 		    "rdma_core_src": $(json "$RDMA_SRC/src"),
 		    "kernel_headers": $(json "$(sed -n 4p "$DIR/rdma/info")"),
 		    "newest_kernel_headers": $(json "$(sed -n 5p "$DIR/rdma/info")"),
-		    "checkpatch": $(json "$CHECKPATCH/scripts/checkpatch.pl")
+		    "checkpatch": $(json "$CHECKPATCH/scripts/checkpatch.pl"),
+		    "ucx": $(json "$(sed -n 6p "$DIR/rdma/info")")
 		  },
 		  "standin_virtio_id": $standin,
 		  "keys": {$keys}
@@ -537,7 +560,8 @@ standin_key=$(key "$sid_key" "$kernel_key" "$(declare -f step_standin claimed_by
 	"$STANDIN_CANDIDATES")
 step standin "$standin_key" "$DIR/standin-virtio-id"
 rdma_key=$(key "$sid_key" "$kernel_key" "$(declare -f step_rdma stage_guest_root in_root)" "$RDMA_PACKAGES" \
-	"$RDMA_BUILD_DEPS" "$RDMA_GUEST_BINS" "$RDMA_SRC" "$CHECKPATCH")
+	"$RDMA_BUILD_DEPS" "$RDMA_GUEST_BINS" "$RDMA_SRC" "$CHECKPATCH" "$UCX_SUITE" "$UCX_DEBS" "$UCX_DEPS" \
+	"$UCX_GUEST_FILES" "$UCX_ROOT")
 step rdma "$rdma_key" "$DIR/rdma/guest-root" "$DIR/rdma/info"
 manifest_key=$(key "$(declare -f step_manifest qemu_json json)" "$host_key" "$sid_key" "$qemu_key" \
 	"$kernel_key" "$standin_key" "$rdma_key" "$KERNEL_MODULES")
