@@ -69,9 +69,13 @@ int vstellar_get_port_immutable(struct ib_device *ibdev, u32 port,
 	immutable->gid_tbl_len = to_vdev(ibdev)->cfg.max_gid;
 	/*
 	 * InfiniBand, not RoCE: the core fills a RoCE port's GID table from a
-	 * netdev only, and user space must see the device's own GIDs.
+	 * netdev only, and user space must see the device's own GIDs. The
+	 * device routes by GID alone, so the port requires a GRH: the core
+	 * then refuses a LID-only address, and user space sees
+	 * IBV_QPF_GRH_REQUIRED (UCX and NCCL address peers globally).
 	 */
-	immutable->core_cap_flags = RDMA_CORE_PORT_IBA_IB;
+	immutable->core_cap_flags = RDMA_CORE_PORT_IBA_IB |
+				    RDMA_CORE_CAP_IB_GRH_REQUIRED;
 	immutable->max_mad_size = IB_MGMT_MAD_SIZE;
 	return 0;
 }

@@ -96,6 +96,7 @@ static int setup(const char *name)
 	struct ibv_device **list = ibv_get_device_list(NULL);
 	struct ibv_qp_init_attr_ex ax = {};
 	struct ibv_qp_init_attr ai = {};
+	struct ibv_port_attr pa;
 	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 		     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 	int i;
@@ -109,8 +110,11 @@ static int setup(const char *name)
 	}
 	ctx = ibv_open_device(list[i]);
 	ibv_free_device_list(list);
-	if (!ctx || ibv_query_gid(ctx, 1, 0, &gid))
+	if (!ctx || ibv_query_gid(ctx, 1, 0, &gid) ||
+	    ibv_query_port(ctx, 1, &pa))
 		return -1;
+	/* The device routes by GID: UCX and NCCL go global on this flag. */
+	CHECK(pa.flags & IBV_QPF_GRH_REQUIRED, "port flags %#x", pa.flags);
 	pd = ibv_alloc_pd(ctx);
 	chan = ibv_create_comp_channel(ctx);
 	if (!pd || !chan)
