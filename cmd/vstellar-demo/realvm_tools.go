@@ -26,8 +26,9 @@ type toolRun struct {
 
 // runRealVMTools is --real-vm --rdma-tools: it builds vstellar.ko and
 // libvstellar, boots two real VMs whose kernel drives the device under
-// each QEMU the harness prepared, and runs ibv_rc_pingpong and
-// ib_write_bw between them, unmodified, over libibverbs.
+// each QEMU the harness prepared, and runs ibv_rc_pingpong, ib_write_bw
+// and ucx_perftest (UCX's rc_verbs) between them, unmodified, over
+// libibverbs.
 func runRealVMTools(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	env, out, log, dir, err := realVMSetup(o, stdout, stderr)
 	if err != nil {
@@ -101,6 +102,7 @@ func toolPair(ctx context.Context, env *realvm.Env, qemu, initrd, dir string, lo
 	for _, cmd := range []string{
 		"ibv_rc_pingpong -d vstellar0 -g 0 -n 100",
 		"ib_write_bw -d vstellar0 -x 0 -s 65536 -n 200",
+		realvm.UCXPerftest("-x rc_verbs -d vstellar0:1 -t am_bw -D bcopy -s 4096 -n 1000"),
 	} {
 		s, c, err := realvm.ServerClient(ctx, gs[0], gs[1], cmd, cmd, 2*time.Minute)
 		if err == nil {
@@ -116,6 +118,9 @@ func toolPair(ctx context.Context, env *realvm.Env, qemu, initrd, dir string, lo
 		if cols, err := realvm.PerftestColumns(c.Stdout); err == nil {
 			r.Value, r.Unit = cols["BW average[MiB/sec]"], "MiB/s"
 			r.Result = fmt.Sprintf("%.0f bytes x %.0f: %.2f MiB/s average", cols["#bytes"], cols["#iterations"], r.Value)
+		} else if u, err := realvm.UCXPerftestFinal(c.Stdout); err == nil {
+			r.Value, r.Unit = u.MsgRate, "msg/s"
+			r.Result = fmt.Sprintf("%d messages: %.0f msg/s, %.2f MB/s", u.Iterations, u.MsgRate, u.MBps)
 		} else {
 			r.Result = lastLine(c.Output())
 		}

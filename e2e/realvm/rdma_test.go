@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/internal/realvm"
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
 )
 
@@ -22,7 +23,7 @@ func TestRDMATools(t *testing.T) {
 			a, b := bootExecPair(t, qemu, r, r, 0)
 			checkDevice(t, a)
 			checkDevice(t, b)
-			runTools(t, a, b)
+			runTools(t, r, r, a, b)
 			// What the tools leave out: the ibv_wr_* API and inline data
 			// (perftest uses them only on devices it knows), between two
 			// QPs of one device.
@@ -52,7 +53,8 @@ func TestRDMAToolsAcrossHosts(t *testing.T) {
 	for _, qemu := range realvmQEMUs(t) {
 		t.Run(qemu, func(t *testing.T) {
 			p := newPair(t)
-			a, b := bootExecPair(t, qemu, rigOn(t, p.Hosts[0]), rigOn(t, p.Hosts[1]), crossTenant)
+			ra, rb := rigOn(t, p.Hosts[0]), rigOn(t, p.Hosts[1])
+			a, b := bootExecPair(t, qemu, ra, rb, crossTenant)
 			checkDevice(t, a)
 			checkDevice(t, b)
 			for i, g := range []*execGuest{a, b} {
@@ -62,7 +64,7 @@ func TestRDMAToolsAcrossHosts(t *testing.T) {
 					t.Errorf("%s: GID 0 is %s, want it in %s:/64", g.name, gid, want)
 				}
 			}
-			runTools(t, a, b)
+			runTools(t, ra, rb, a, b)
 			var st [2]remote.Stats
 			for i, h := range p.Hosts {
 				st[i] = h.Fabric().Stats()
@@ -97,8 +99,9 @@ func checkDevice(t *testing.T, g *execGuest) {
 	}
 }
 
-// runTools runs rc_pingpong and perftest between a (server) and b.
-func runTools(t *testing.T, a, b *execGuest) {
+// runTools runs rc_pingpong, perftest and ucx_perftest between a (server,
+// on ra's daemon) and b (on rb's).
+func runTools(t *testing.T, ra, rb *rig, a, b *execGuest) {
 	t.Helper()
 	for _, c := range []struct{ name, args string }{
 		{"pingpong", "-g 0 -n 100"},
@@ -149,6 +152,48 @@ func runTools(t *testing.T, a, b *execGuest) {
 				t.Fatalf("average bandwidth %v MiB/s", avg)
 			}
 			t.Logf("%s: %.2f MiB/s average", cmd, avg)
+		})
+	}
+	// UCX over its rc_verbs transport: UCT's active messages (each side's
+	// interface takes its receives from one SRQ) and RDMA WRITE, and UCP's
+	// tagged messages as Open MPI's UCX layer sends them (eager below
+	// 33 kB, rendezvous by RDMA READ above), with TCP only for UCP's
+	// wire-up (UCX's default set adds ud_verbs, and the device has no UD).
+	for _, c := range []struct {
+		name, env, args string
+		iters           int
+	}{
+		{"uct-am_lat", "", "-x rc_verbs -d vstellar0:1 -t am_lat -n 1000", 1000},
+		{"uct-am_bw", "", "-x rc_verbs -d vstellar0:1 -t am_bw -D bcopy -s 4096 -n 1000", 1000},
+		{"uct-put_bw", "", "-x rc_verbs -d vstellar0:1 -t put_bw -D zcopy -s 65536 -n 200", 200},
+		{"ucp-tag_bw", "UCX_TLS=rc_verbs,tcp,self UCX_PROTO_INFO=y ", "-t tag_bw -s 65536 -n 200", 200},
+	} {
+		t.Run("ucx-"+c.name, func(t *testing.T) {
+			srqs := func() [2]uint64 {
+				return [2]uint64{
+					deviceStatus(t, ra, a.name).Control.ByOpcode["create_srq"],
+					deviceStatus(t, rb, b.name).Control.ByOpcode["create_srq"],
+				}
+			}
+			before := srqs()
+			cmd := c.env + realvm.UCXPerftest(c.args)
+			_, cli := serverClient(t, a, b, cmd, cmd, 2*time.Minute)
+			// UCP's protocol table names the transport of each range.
+			if c.env != "" && (!strings.Contains(cli, "rendezvous zero-copy read") || !regexp.MustCompile(`\| rc_verbs/vstellar0:1 +\|`).MatchString(cli) ||
+				regexp.MustCompile(`\| tcp/`).MatchString(cli)) {
+				t.Errorf("UCP did not send over rc_verbs on vstellar0 alone:\n%s", cli)
+			}
+			res, err := realvm.UCXPerftestFinal(cli)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Iterations != c.iters || res.MsgRate <= 0 || res.Overall <= 0 {
+				t.Fatalf("%s: %+v, want %d iterations at a message rate above 0", cmd, res, c.iters)
+			}
+			if after := srqs(); after[0] <= before[0] || after[1] <= before[1] {
+				t.Errorf("CREATE_SRQ commands before %v, after %v: UCX did not take its receives from an SRQ on both devices", before, after)
+			}
+			t.Logf("%s: %d iterations, %.2f us median, %.2f MB/s, %.0f msg/s", cmd, res.Iterations, res.Median, res.MBps, res.MsgRate)
 		})
 	}
 }

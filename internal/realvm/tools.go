@@ -11,8 +11,54 @@ import (
 	"github.com/vstellar/vstellar/internal/guestexec"
 )
 
-// ToolPort is where rc_pingpong and perftest exchange their endpoints.
+// ToolPort is where rc_pingpong, perftest and ucx_perftest exchange their
+// endpoints.
 const ToolPort = 18515
+
+// UCXPerftest is the command line of ucx_perftest with args, exchanging
+// endpoints on ToolPort (a client appends the server's address). Its
+// standard input is a terminal because ucx_perftest calls MPI_Init when it
+// is not, and Open MPI's singleton then opens the device for its own UCX
+// (with UD, which the device lacks) and puts the test in MPI mode.
+func UCXPerftest(args string) string {
+	return fmt.Sprintf("ucx_perftest -p %d %s </dev/tty1", ToolPort, args)
+}
+
+// UCXResult is ucx_perftest's "Final:" row.
+type UCXResult struct {
+	Iterations int
+	// Latency (latency tests) or send overhead (bandwidth tests) in
+	// microseconds: the median, the average of the last report
+	// interval and the average over the run.
+	Median, Average, Overall float64
+	// MBps and MsgRate are over the whole run, in MB/s and messages/s.
+	MBps, MsgRate float64
+}
+
+// UCXPerftestFinal reads ucx_perftest's final row: "Final:", the
+// iterations, then the three latency or overhead figures, bandwidth
+// (average, overall) and message rate (average, overall).
+func UCXPerftestFinal(out string) (UCXResult, error) {
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "Final:" {
+			continue
+		}
+		if len(f) != 9 {
+			return UCXResult{}, fmt.Errorf("ucx_perftest's final row %q has %d fields, want 9", strings.TrimSpace(l), len(f))
+		}
+		var v [8]float64
+		for i, w := range f[1:] {
+			x, err := strconv.ParseFloat(w, 64)
+			if err != nil {
+				return UCXResult{}, fmt.Errorf("ucx_perftest's final row %q: %w", strings.TrimSpace(l), err)
+			}
+			v[i] = x
+		}
+		return UCXResult{Iterations: int(v[0]), Median: v[1], Average: v[2], Overall: v[3], MBps: v[5], MsgRate: v[7]}, nil
+	}
+	return UCXResult{}, fmt.Errorf("no final row in ucx_perftest's output:\n%s", strings.TrimSpace(out))
+}
 
 // ServerClient runs the shell command line server in srv and, once
 // something in srv listens on ToolPort, client followed by srv.Addr in

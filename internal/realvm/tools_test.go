@@ -42,3 +42,30 @@ func TestPerftestColumns(t *testing.T) {
 		}
 	}
 }
+
+// ucx_perftest's final row, from its real output (TCG guests), and errors
+// for what is not one.
+func TestUCXPerftestFinal(t *testing.T) {
+	out := `+--------------+--------------+------------------------------+---------------------+-----------------------+
+|              |              |       overhead (usec)        |   bandwidth (MB/s)  |  message rate (msg/s) |
++--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+
+|    Stage     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |
++--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+
+[thread 0]               632    203.500   791.882   791.882        0.01       0.01        1263        1263
+Final:                   200      4.000    91.865    91.865      680.35     680.35       10940       10941
+`
+	r, err := UCXPerftestFinal(out)
+	if err != nil || r != (UCXResult{Iterations: 200, Median: 4, Average: 91.865, Overall: 91.865, MBps: 680.35, MsgRate: 10941}) {
+		t.Fatalf("final row: %+v, %v", r, err)
+	}
+	for name, out := range map[string]string{
+		"no row":       "[thread 0]               632    203.500   791.882   791.882        0.01       0.01        1263        1263\n",
+		"short row":    "Final:                   200      4.000    91.865\n",
+		"not a number": "Final:                   200      4.000    91.865    91.865      680.35     680.35       10940       n/a\n",
+		"error":        "UCX  ERROR failed to setup RTE transport: Invalid parameter\n",
+	} {
+		if r, err := UCXPerftestFinal(out); err == nil {
+			t.Errorf("%s: %+v, want an error", name, r)
+		}
+	}
+}
