@@ -27,8 +27,8 @@ import (
 //
 //	"fabric": {
 //	  "listen": "10.0.0.1:4791",
-//	  "gid_prefix": "fd00:0:0:1::/64",
-//	  "peers": [{"gid_prefix": "fd00:0:0:2::/64", "address": "10.0.0.2:4791"}],
+//	  "gid_prefix": "fec0:0:1:1::/64",
+//	  "peers": [{"gid_prefix": "fec0:0:2:2::/64", "address": "10.0.0.2:4791"}],
 //	  "secret_file": "/etc/vstellar/fabric.key",
 //	  "mtu": 9000
 //	}

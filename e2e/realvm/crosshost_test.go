@@ -38,7 +38,7 @@ func TestVerbsAcrossHosts(t *testing.T) {
 				if g.info.DoorbellMode != want {
 					t.Errorf("%s: doorbells %q, want %q under %s", g.name, g.info.DoorbellMode, want, qemu)
 				}
-				// Host i owns the GID prefix fd00:0:0:i+1::/64.
+				// Host i owns the GID prefix fec0:0:i+1:i+1::/64.
 				if g.info.GID[7] != byte(i+1) {
 					t.Errorf("%s: GID %x is not in host %d's prefix", g.name, g.info.GID, i+1)
 				}

@@ -58,9 +58,9 @@ func TestRDMAToolsAcrossHosts(t *testing.T) {
 			checkDevice(t, a)
 			checkDevice(t, b)
 			for i, g := range []*execGuest{a, b} {
-				// Host i owns the GID prefix fd00:0:0:i+1::/64.
+				// Host i owns the GID prefix fec0:0:i+1:i+1::/64.
 				gid := strings.TrimSpace(g.run(t, "cat /sys/class/infiniband/vstellar0/ports/1/gids/0"))
-				if want := fmt.Sprintf("fd00:0000:0000:%04x:", i+1); !strings.HasPrefix(gid, want) {
+				if want := fmt.Sprintf("fec0:0000:%04x:%04x:", i+1, i+1); !strings.HasPrefix(gid, want) {
 					t.Errorf("%s: GID 0 is %s, want it in %s:/64", g.name, gid, want)
 				}
 			}

@@ -39,7 +39,7 @@ type ClusterOptions struct {
 // Cluster is one host per host of a leaf-spine fabric
 // (internal/netlab.LeafSpine), each an in-process vstellard whose
 // cross-host fabric listens inside that host's namespace. Host i (in
-// Fabric.Hosts order, leaf by leaf) owns the GID prefix fd00:0:0:i+1::/64
+// Fabric.Hosts order, leaf by leaf) owns the GID prefix fec0:0:i+1:i+1::/64
 // and knows every other host as a peer; all share one cluster secret.
 type Cluster struct {
 	// Hosts are the daemons, in Fabric.Hosts order.
@@ -200,7 +200,10 @@ func (g *hostGroup) close() error {
 	return errors.Join(errs...)
 }
 
-// hostPrefix is host i's GID prefix.
+// hostPrefix is host i's GID prefix, fec0:0:i+1:i+1::/64: InfiniBand's
+// site-local form, whose FLID (bytes 4-5) and subnet (bytes 6-7) tell UCX
+// and NCCL that a device on another host is reachable through a router
+// (docs/operations.md, "Between hosts").
 func hostPrefix(i int) netip.Prefix {
-	return netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 7: byte(i + 1)}), 64)
+	return netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfe, 0xc0, 5: byte(i + 1), 7: byte(i + 1)}), 64)
 }

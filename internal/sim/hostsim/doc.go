@@ -20,7 +20,7 @@
 // and a veth, or loopback without root), NewCluster one per host of a
 // leaf-spine fabric (internal/netlab.LeafSpine; needs root). Either
 // way host i is an in-process daemon with a cross-host fabric listening
-// in its namespace, owns the GID prefix fd00:0:0:i+1::/64, knows every
+// in its namespace, owns the GID prefix fec0:0:i+1:i+1::/64, knows every
 // other host as a peer, and all share a cluster secret made for them;
 // Close stops the hosts before it tears the network down.
 package hostsim

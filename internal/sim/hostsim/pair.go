@@ -34,7 +34,7 @@ type PairOptions struct {
 // Pair is two hosts, each an in-process vstellard with its own
 // cross-host fabric, joined by a network: two namespaces and a veth
 // (internal/netlab) where the machine allows, else loopback. Host i owns
-// the GID prefix fd00:0:0:i+1::/64 and knows the other as its peer; both
+// the GID prefix fec0:0:i+1:i+1::/64 and knows the other as its peer; both
 // share a cluster secret made for the pair.
 type Pair struct {
 	Hosts [2]*Host
