@@ -58,8 +58,10 @@ type device struct {
 	lastErr     string
 }
 
-func newDevice(spec api.DeviceSpec, inst Instance, ln *net.UnixListener, sock *socketFile, log *slog.Logger) *device {
-	ctx, cancel := context.WithCancel(context.Background())
+// newDevice makes the device; it keeps ctx's values but outlives the
+// request that creates it, until destroy.
+func newDevice(ctx context.Context, spec api.DeviceSpec, inst Instance, ln *net.UnixListener, sock *socketFile, log *slog.Logger) *device {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	return &device{
 		name: spec.Name, tenant: spec.Tenant, log: log, inst: inst, ln: ln, sock: sock,
 		created: time.Now().UTC(), ctx: ctx, cancel: cancel,

@@ -197,7 +197,7 @@ func readSecret(path string) ([]byte, error) {
 
 // startFabric opens the cross-host fabric, if one is configured, and
 // makes it the devices' fabric: once, before the first device. Its I/O
-// loop runs until Shutdown.
+// loop runs until Shutdown, not until ctx (the first caller's) ends.
 func (m *Manager) startFabric(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -232,7 +232,7 @@ func (m *Manager) startFabric(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fabric: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -191,7 +191,7 @@ func (m *Manager) startDevice(ctx context.Context, spec api.DeviceSpec) (*device
 	} else {
 		ln, sock, lerr := listenSocket(path, os.FileMode(m.cfg.SocketMode))
 		if lerr == nil {
-			d := newDevice(spec, inst, ln, sock, log)
+			d := newDevice(ctx, spec, inst, ln, sock, log)
 			d.start()
 			return d, nil
 		}

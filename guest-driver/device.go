@@ -67,7 +67,7 @@ func Open(ctx context.Context, t Transport) (*Device, error) {
 		return nil, err
 	}
 	d.gid0 = g.GID
-	if d.ev, err = startEvents(d); err != nil {
+	if d.ev, err = startEvents(ctx, d); err != nil {
 		return nil, err
 	}
 	return d, nil

@@ -51,8 +51,9 @@ type eventPump struct {
 }
 
 // startEvents tops the posted event buffers up to eventBuffers and starts
-// the pump.
-func startEvents(d *Device) (*eventPump, error) {
+// the pump, which lives until stop: it keeps ctx's values, not its end
+// (ctx is Open's, which may bound only the opening).
+func startEvents(ctx context.Context, d *Device) (*eventPump, error) {
 	posted, err := d.t.PostedEventBuffers()
 	if err != nil {
 		return nil, err
@@ -71,7 +72,7 @@ func startEvents(d *Device) (*eventPump, error) {
 			return nil, err
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &eventPump{d: d, area: area, spare: bufs[n:], async: make(chan abi.Event, asyncBacklog),
 		cancel: cancel, done: make(chan struct{})}
 	go p.run(ctx)

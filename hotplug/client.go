@@ -152,7 +152,8 @@ func dial(ctx context.Context, path string, opts Options) (*Client, error) {
 		c.abandon()
 		return nil, fmt.Errorf("QMP %s: %w", path, err)
 	}
-	events, err := mon.Events(context.Background())
+	// The event stream outlives Dial's ctx: it ends at Close.
+	events, err := mon.Events(context.WithoutCancel(ctx))
 	if err != nil {
 		c.abandon()
 		return nil, fmt.Errorf("QMP %s: events: %w", path, err)

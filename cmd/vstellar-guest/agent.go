@@ -37,7 +37,7 @@ func serveAgent(ctx context.Context, cfg config, d *device, con *console, log *s
 		port, err := openRawSerial(cfg.tty)
 		if err != nil {
 			con.printf("FAIL agent: %v", err)
-			svc.Close()
+			svc.Close(context.WithoutCancel(ctx))
 			return 1, false
 		}
 		con.printf("%s %s", agentServing, cfg.tty)
@@ -56,7 +56,7 @@ func serveAgent(ctx context.Context, cfg config, d *device, con *console, log *s
 		svc.Forget()
 		return 0, true
 	}
-	svc.Close()
+	svc.Close(context.WithoutCancel(ctx))
 	return 0, false
 }
 

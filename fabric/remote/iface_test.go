@@ -156,7 +156,7 @@ func TestInterfaceErrors(t *testing.T) {
 	if err := cfg("0.0.0.0:0", "a/b").Validate(); !errors.Is(err, hostnet.ErrBadName) {
 		t.Errorf("bad name: %v", err)
 	}
-	if err := bed.SetLinkUp(h, false); err != nil {
+	if err := bed.SetLinkUp(t.Context(), h, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := open(cfg("0.0.0.0:0", h.Iface())); !errors.Is(err, hostnet.ErrInterfaceDown) {

@@ -64,7 +64,7 @@ func FuzzServe(f *testing.F) {
 		if err := s.Serve(context.Background(), conn); err != nil {
 			t.Fatalf("Serve: %v", err)
 		}
-		if err := s.Close(); err != nil {
+		if err := s.Close(context.Background()); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
 		// Whatever was answered is JSON-RPC.

@@ -57,7 +57,7 @@ func startLifecycleGuest(t *testing.T, ctx context.Context, hooks bool) *lifecyc
 		g.c.Close()
 		cancel()
 		<-served
-		g.svc.Close()
+		g.svc.Close(context.WithoutCancel(ctx))
 	})
 	return g
 }
@@ -138,7 +138,7 @@ func TestForgetDropsTheDevice(t *testing.T) {
 	if _, err := g.c.Setup(ctx, agent.SetupArgs{}); err == nil || !strings.Contains(err.Error(), "no device") {
 		t.Errorf("Setup after Forget: %v", err)
 	}
-	if err := g.svc.Close(); err != nil {
+	if err := g.svc.Close(ctx); err != nil {
 		t.Errorf("Close after Forget: %v", err)
 	}
 }

@@ -104,7 +104,8 @@ func NewService(dev *guestdriver.Device, o Options) *Service {
 func Serve(ctx context.Context, dev *guestdriver.Device, conn io.ReadWriteCloser) error {
 	s := NewService(dev, Options{})
 	err := s.Serve(ctx, conn)
-	return errors.Join(err, s.Close())
+	// The teardown runs even when ctx's end is what stopped Serve.
+	return errors.Join(err, s.Close(context.WithoutCancel(ctx)))
 }
 
 // Serve serves JSON-RPC requests from conn until the stream ends (EOF),
@@ -132,9 +133,10 @@ func (s *Service) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
 // rpcName is the service name in method names ("Agent.Setup").
 const rpcName = "Agent"
 
-// Close stops any loop and destroys what Setup made.
-func (s *Service) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.o.CommandTimeout)
+// Close stops any loop and destroys what Setup made, within ctx and
+// CommandTimeout.
+func (s *Service) Close(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.o.CommandTimeout)
 	defer cancel()
 	return s.reset(ctx)
 }

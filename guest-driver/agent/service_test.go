@@ -168,7 +168,7 @@ func TestLoopOwnsSendQueue(t *testing.T) {
 func TestMalformedJSONRPC(t *testing.T) {
 	p := startSim(t, agentsim.Options{})
 	s := agent.NewService(p.A.Driver, agent.Options{})
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(context.Background()) })
 	guest, host := net.Pipe()
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(context.Background(), guest) }()

@@ -67,6 +67,9 @@ type Transport struct {
 	queues   []*queue
 	poll     time.Duration
 
+	// base is Open's context without its cancellation: the reset at
+	// Close must run even after the caller's context has ended.
+	base      context.Context
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -89,7 +92,7 @@ func Open(ctx context.Context, opts Options) (*Transport, error) {
 	if opts.DMAChunk == 0 {
 		opts.DMAChunk = 16 << 20
 	}
-	t := &Transport{log: opts.Logger, opts: opts, poll: opts.PollInterval}
+	t := &Transport{log: opts.Logger, opts: opts, poll: opts.PollInterval, base: context.WithoutCancel(ctx)}
 	if t.log == nil {
 		t.log = slog.Default()
 	}
@@ -238,7 +241,7 @@ func (t *Transport) Close() error {
 		var errs []error
 		gone := t.dev.addr != "" && !t.dev.present()
 		if t.cc.v.Len() > 0 && !gone {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(t.base, 5*time.Second)
 			errs = append(errs, t.cc.reset(ctx))
 			cancel()
 		}

@@ -63,7 +63,8 @@ func (b *fakeBAR) transport(t *testing.T) *Transport {
 		log: slog.New(slog.DiscardHandler), opts: Options{Poll: true}, poll: 50 * time.Microsecond,
 		layout: Layout{NotifyMultiplier: 4},
 		cc:     common{v: b.cc}, notify: b.notify, isr: b.isr, devcfg: b.cfg, shm: b.shm,
-		dma: newDMAPool(&fakeBacking{t: t, pas: linear}, 1),
+		dma:  newDMAPool(&fakeBacking{t: t, pas: linear}, 1),
+		base: context.Background(),
 	}
 	t.Cleanup(func() { tr.dma.close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

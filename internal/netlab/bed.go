@@ -329,13 +329,14 @@ func (b *Bed) modify(h *Host, fn func(p *port) error) error {
 
 // SetLinkUp sets h's link interface administratively up or down. Down drops
 // all traffic in both directions (the peer loses carrier); up restores it,
-// including the routes the bed installed, and returns once the link runs.
-func (b *Bed) SetLinkUp(h *Host, up bool) error {
+// including the routes the bed installed, and returns once the link runs
+// (or ctx ends).
+func (b *Bed) SetLinkUp(ctx context.Context, h *Host, up bool) error {
 	return b.modify(h, func(p *port) error {
 		if err := p.setUp(up); err != nil {
 			return err
 		}
-		return errors.Join(p.waitRunning(context.Background()), p.peer.waitRunning(context.Background()))
+		return errors.Join(p.waitRunning(ctx), p.peer.waitRunning(ctx))
 	})
 }
 

@@ -148,7 +148,7 @@ func TestLinkDownUp(t *testing.T) {
 	warmUp(t, ca, cb)
 	warmUp(t, cb, ca)
 
-	if err := bed.SetLinkUp(a, false); err != nil {
+	if err := bed.SetLinkUp(t.Context(), a, false); err != nil {
 		t.Fatal(err)
 	}
 	// Sends may fail (ENETUNREACH/ENETDOWN) or be dropped silently;
@@ -160,7 +160,7 @@ func TestLinkDownUp(t *testing.T) {
 	expectSilence(t, cb, 300*time.Millisecond, "a->b with a's link down")
 	expectSilence(t, ca, 50*time.Millisecond, "b->a with a's link down")
 
-	if err := bed.SetLinkUp(a, true); err != nil {
+	if err := bed.SetLinkUp(t.Context(), a, true); err != nil {
 		t.Fatal(err)
 	}
 	warmUp(t, ca, cb)

@@ -161,7 +161,7 @@ func TestLeafSpineImpairments(t *testing.T) {
 	// Link down: leaf 0 rehashes its flows onto the other spines; leaf 1,
 	// with no routing protocol, keeps sending through spine k, which has
 	// lost its route to leaf 0.
-	if err := f.SetLinkUp(0, k, false); err != nil {
+	if err := f.SetLinkUp(t.Context(), 0, k, false); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(ecmpNexthops(t, f, 0, 1)); n != 3 {
@@ -175,7 +175,7 @@ func TestLeafSpineImpairments(t *testing.T) {
 	if spread := routedDelta(t, f, 0, base); spread[k] != 0 {
 		t.Errorf("link down: %d packets routed onto it: %v", spread[k], spread)
 	}
-	if err := f.SetLinkUp(0, k, true); err != nil {
+	if err := f.SetLinkUp(t.Context(), 0, k, true); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(ecmpNexthops(t, f, 0, 1)); n != 4 {
@@ -189,11 +189,11 @@ func TestLeafSpineImpairments(t *testing.T) {
 	// Every link of a leaf down removes its route; bringing one back
 	// restores it with that spine only.
 	for s := range f.Spines() {
-		if err := f.SetLinkUp(1, s, false); err != nil {
+		if err := f.SetLinkUp(t.Context(), 1, s, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := f.SetLinkUp(1, 2, true); err != nil {
+	if err := f.SetLinkUp(t.Context(), 1, 2, true); err != nil {
 		t.Fatal(err)
 	}
 	if nh := ecmpNexthops(t, f, 1, 0); len(nh) != 1 || nh[0].LinkIndex != f.links[1][2].lp.index {

@@ -125,8 +125,8 @@ func TestLeafSpineBadOptions(t *testing.T) {
 		"leaf 3":         f.SetLinkLoss(3, 0, 0.5),
 		"leaf -1":        f.BlackHole(-1, 0, true),
 		"spine 1":        f.BlackHole(0, 1, true),
-		"spine -1 (up)":  f.SetLinkUp(0, -1, false),
-		"leaf 9 (up)":    f.SetLinkUp(9, 0, false),
+		"spine -1 (up)":  f.SetLinkUp(t.Context(), 0, -1, false),
+		"leaf 9 (up)":    f.SetLinkUp(t.Context(), 9, 0, false),
 		"counters spine": func() error { _, err := f.LinkCounters(0, 1); return err }(),
 		"counters leaf":  func() error { _, err := f.LeafCounters(3); return err }(),
 	} {

@@ -80,8 +80,8 @@ func (f *Fabric) BlackHole(leaf, spine int, on bool) error {
 // nexthop out of the leaf's ECMP routes, so that leaf's flows rehash onto
 // the remaining spines; other leaves, having no routing protocol, still
 // send to this leaf through that spine, which drops it (no route). Up
-// restores the routes and returns once the link runs.
-func (f *Fabric) SetLinkUp(leaf, spine int, up bool) error {
+// restores the routes and returns once the link runs (or ctx ends).
+func (f *Fabric) SetLinkUp(ctx context.Context, leaf, spine int, up bool) error {
 	return f.link(leaf, spine, func(u *uplink) error {
 		if !up {
 			u.up = false
@@ -91,7 +91,6 @@ func (f *Fabric) SetLinkUp(leaf, spine int, up bool) error {
 		if err := errors.Join(u.lp.setUp(true), u.sp.setUp(true)); err != nil {
 			return err
 		}
-		ctx := context.Background()
 		if err := errors.Join(u.lp.waitRunning(ctx), u.sp.waitRunning(ctx)); err != nil {
 			return err
 		}

@@ -143,7 +143,7 @@ func TestLeafSpineBuildCrossAndClose(t *testing.T) {
 	for name, err := range map[string]error{
 		"SetLinkLoss": f.SetLinkLoss(0, 0, 0.1),
 		"BlackHole":   f.BlackHole(0, 0, true),
-		"SetLinkUp":   f.SetLinkUp(0, 0, false),
+		"SetLinkUp":   f.SetLinkUp(t.Context(), 0, 0, false),
 	} {
 		if !errors.Is(err, ErrClosed) {
 			t.Errorf("%s after Close: %v, want ErrClosed", name, err)

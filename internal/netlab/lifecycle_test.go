@@ -120,7 +120,7 @@ func TestCloseRemovesEverything(t *testing.T) {
 	if err := bed.SetLoss(a, 0.5); !errors.Is(err, ErrClosed) {
 		t.Fatalf("SetLoss after Close: %v, want ErrClosed", err)
 	}
-	if err := bed.SetLinkUp(a, false); !errors.Is(err, ErrClosed) {
+	if err := bed.SetLinkUp(t.Context(), a, false); !errors.Is(err, ErrClosed) {
 		t.Fatalf("SetLinkUp after Close: %v, want ErrClosed", err)
 	}
 	if err := bed.SetDelay(a, time.Millisecond); !errors.Is(err, ErrClosed) {
@@ -253,7 +253,7 @@ func TestBadOptions(t *testing.T) {
 		"loss 2":          bed.SetLoss(a, 2),
 		"loss NaN":        bed.SetLoss(a, math.NaN()),
 		"rate tiny":       bed.SetRate(a, 10),
-		"foreign host":    bed.SetLinkUp(other.Host("a"), false),
+		"foreign host":    bed.SetLinkUp(t.Context(), other.Host("a"), false),
 		"nil host":        bed.SetRate(nil, 1_000_000),
 		"nil host (loss)": bed.SetLoss(nil, 0.1),
 		"delay negative":  bed.SetDelay(a, -time.Nanosecond),

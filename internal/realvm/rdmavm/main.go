@@ -108,7 +108,7 @@ func run(ctx context.Context, qemu string, timeout time.Duration, console bool, 
 			if console {
 				fmt.Printf("== console of %s\n%s\n", name, g.VM.Log())
 			}
-			g.Close(context.Background())
+			g.Close(context.WithoutCancel(ctx))
 		}()
 	}
 	var bg sync.WaitGroup

@@ -46,8 +46,10 @@ type Guest struct {
 
 // Pair is two guests on one in-process daemon.
 type Pair struct {
-	Host   *hostsim.Host
-	A, B   *Guest
+	Host *hostsim.Host
+	A, B *Guest
+	// ctx is the agents' lifetime, cancelled at Close.
+	ctx    context.Context
 	cancel context.CancelFunc
 }
 
@@ -62,7 +64,7 @@ func Start(ctx context.Context, o Options) (*Pair, error) {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p := &Pair{Host: host, cancel: cancel}
+	p := &Pair{Host: host, ctx: sctx, cancel: cancel}
 	for _, name := range []string{"a", "b"} {
 		g, err := startGuest(ctx, sctx, host, name, o)
 		if err != nil {
@@ -110,12 +112,12 @@ func startGuest(ctx, sctx context.Context, host *hostsim.Host, name string, o Op
 }
 
 // close stops the agent, destroys what it set up and closes the driver.
-func (g *Guest) close() error {
+func (g *Guest) close(ctx context.Context) error {
 	err := g.Client.Close()
 	if serr := <-g.served; serr != nil && !errors.Is(serr, context.Canceled) {
 		err = errors.Join(err, serr)
 	}
-	return errors.Join(err, g.Service.Close(), g.Driver.Close())
+	return errors.Join(err, g.Service.Close(ctx), g.Driver.Close())
 }
 
 // Close stops both agents and the host.
@@ -123,7 +125,7 @@ func (p *Pair) Close() error {
 	var errs []error
 	for _, g := range []*Guest{p.A, p.B} {
 		if g != nil {
-			errs = append(errs, g.close())
+			errs = append(errs, g.close(p.ctx))
 		}
 	}
 	p.cancel()

@@ -23,6 +23,9 @@ type Host struct {
 	client *api.Client
 	dir    string // the in-process daemon's run dir
 	ownDir bool   // dir is ours: removed on Close
+	// base is New's context without its cancellation, for the teardown
+	// at Close.
+	base   context.Context
 	cancel context.CancelFunc
 	done   chan error
 	vms    []*VM
@@ -54,7 +57,7 @@ func New(ctx context.Context, o Options) (*Host, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Host{log: log, api: o.API}
+	h := &Host{log: log, api: o.API, base: context.WithoutCancel(ctx)}
 	if h.api == "" {
 		dir, own := o.RunDir, false
 		if dir == "" {
@@ -265,7 +268,7 @@ func (h *Host) Close() error {
 	for _, v := range h.vms {
 		errs = append(errs, v.Driver.Close(), v.VM.Close())
 		if h.dir == "" {
-			errs = append(errs, h.client.DestroyDevice(context.Background(), v.Name))
+			errs = append(errs, h.client.DestroyDevice(h.base, v.Name))
 		}
 	}
 	h.vms = nil

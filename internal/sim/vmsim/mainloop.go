@@ -49,7 +49,7 @@ func (vm *VM) serveBackend(stop <-chan struct{}, serve func()) {
 	if !vm.running || vm.fe == nil {
 		return // the next start sends the table
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	ctx, cancel := context.WithTimeout(vm.base, commitTimeout)
 	defer cancel()
 	if err := vm.syncMemory(ctx, false); err != nil {
 		vm.log.Warn("vmsim: memory table update after a back-end request failed", "err", err)

@@ -68,8 +68,12 @@ type queue struct {
 
 // VM is a simulated virtual machine with one vhost-user device.
 type VM struct {
-	cfg     Config
-	log     *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// base is New's context without its cancellation, for the VMM's
+	// own requests (the memory table update after a back-end request,
+	// the stop at Close), which each have their own timeout.
+	base    context.Context
 	ram     *guestRAM
 	shmem   *frontend.ShmemSpace
 	barBase uint64 // guest physical address of the shared memory BAR
@@ -115,7 +119,7 @@ func New(ctx context.Context, cfg Config) (*VM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vmsim: %w", err)
 	}
-	vm := &VM{cfg: cfg, log: log, ram: ram, shmem: frontend.NewShmemSpace(), barBase: barBase(cfg.MemSize),
+	vm := &VM{cfg: cfg, log: log, base: context.WithoutCancel(ctx), ram: ram, shmem: frontend.NewShmemSpace(), barBase: barBase(cfg.MemSize),
 		loop: newMainLoop(), configCh: make(chan struct{}, 1)}
 	for range cfg.NumQueues {
 		q := &queue{kickFD: -1, callFD: -1}
@@ -198,7 +202,7 @@ func (vm *VM) closeLocked() error {
 	var err error
 	if vm.fe != nil {
 		if vm.running {
-			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			ctx, cancel := context.WithTimeout(vm.base, closeTimeout)
 			if serr := vm.stopLocked(ctx); serr != nil {
 				vm.log.Debug("vmsim: stop before close failed", "err", serr)
 			}

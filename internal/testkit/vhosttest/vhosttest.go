@@ -23,7 +23,10 @@ func Serve(t testing.TB, b *vhost.Backend, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// Not t.Context() itself: it ends before the test's cleanups run,
+	// and the VMs those close still talk to the back-end. Serving stops
+	// in this cleanup, registered before theirs and so run after them.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
