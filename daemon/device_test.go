@@ -14,6 +14,7 @@ import (
 	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/internal/testkit/daemontest"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 )
 
 func newManager(t *testing.T, cfg daemon.Config) *daemon.Manager {
@@ -45,7 +46,7 @@ func TestSecondConnectionRefusedThenReconnect(t *testing.T) {
 	}
 
 	c1.Close()
-	waitFor(t, "disconnect", func() bool { return !info(t, m, "d0").Connected })
+	wait.For(t, "disconnect", func() bool { return !info(t, m, "d0").Connected })
 	c3 := dial(t, d.Socket) // a reconnect
 	ping(t, c3)
 	if i := info(t, m, "d0"); !i.Connected || i.Connections != 2 || i.LastError != "" {
@@ -129,7 +130,7 @@ func TestGarbageDropsOnlyThatConnection(t *testing.T) {
 	}
 	expectClosed(t, ca)
 	ping(t, cb)
-	waitFor(t, "error recorded", func() bool { return info(t, m, "a").LastError != "" })
+	wait.For(t, "error recorded", func() bool { return info(t, m, "a").LastError != "" })
 	if i := info(t, m, "a"); i.Connected || !strings.Contains(i.LastError, "protocol error") {
 		t.Fatalf("a after garbage: %+v", i)
 	}

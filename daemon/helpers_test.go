@@ -165,17 +165,6 @@ func expectClosed(t *testing.T, c *net.UnixConn) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func info(t *testing.T, m *daemon.Manager, name string) api.DeviceInfo {
 	t.Helper()
 	i, err := m.Device(name)

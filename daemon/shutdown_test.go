@@ -16,6 +16,7 @@ import (
 	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/internal/testkit/daemontest"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 )
 
 func TestRunShutdownCleansUp(t *testing.T) {
@@ -97,7 +98,7 @@ func TestShutdownBoundedWithStuckBackend(t *testing.T) {
 	r := run(t, cfg)
 	dial(t, r.m.SocketPath("stuck"))
 	ping(t, dial(t, r.m.SocketPath("fine")))
-	waitFor(t, "stuck connected", func() bool { return info(t, r.m, "stuck").Connected })
+	wait.For(t, "stuck connected", func() bool { return info(t, r.m, "stuck").Connected })
 
 	start := time.Now()
 	err := r.stop(t)

@@ -12,6 +12,7 @@ import (
 	"github.com/vstellar/vstellar/api"
 	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 	"github.com/vstellar/vstellar/vhost"
 	"github.com/vstellar/vstellar/virtio"
 )
@@ -90,7 +91,7 @@ func TestVhostBackendIsolation(t *testing.T) {
 	}
 	expectClosed(t, bad)
 	getFeatures(t, good)
-	waitFor(t, "bad's error recorded", func() bool { return info(t, r.m, "bad").LastError != "" })
+	wait.For(t, "bad's error recorded", func() bool { return info(t, r.m, "bad").LastError != "" })
 	if i := info(t, r.m, "bad"); i.Connected || !strings.Contains(i.LastError, "header") {
 		t.Errorf("bad: %+v", i)
 	}

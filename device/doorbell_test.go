@@ -7,6 +7,7 @@ import (
 
 	"github.com/vstellar/vstellar/emtt"
 	"github.com/vstellar/vstellar/internal/sim/vmsim"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -121,7 +122,7 @@ func TestFallbackSurvivesReconnect(t *testing.T) {
 	if err := g.vm.Reconnect(g.ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "re-activation", d.active.Load)
+	wait.For(t, "re-activation", d.active.Load)
 	// The engine is back on the area without a new SET_DOORBELL_AREA, and
 	// the CQ is still there.
 	if c2 := g.createCQ(4); c2.CQN != cq.CQN+1 {

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -145,7 +146,7 @@ func (g *vmGuest) ringSQ(db uint32, prod uint32) {
 func (g *vmGuest) pollCQ(cq abi.CreateCQResp, ring uint64, entries, n uint32) abi.CQE {
 	g.t.Helper()
 	rec := g.doorbell(cq.DoorbellIndex)
-	waitFor(g.t, "a completion", func() bool { return int32(rec.LoadUint32Acquire(abi.CQDoorbellOffProd)-n) > 0 })
+	wait.For(g.t, "a completion", func() bool { return int32(rec.LoadUint32Acquire(abi.CQDoorbellOffProd)-n) > 0 })
 	c := abi.DecodeCQE(g.bytes(ring+uint64(n%entries)*abi.CQESize, abi.CQESize))
 	rec.StoreUint32Release(abi.CQDoorbellOffCons, n+1)
 	return c

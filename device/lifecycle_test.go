@@ -3,6 +3,7 @@ package device
 import (
 	"testing"
 
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -23,7 +24,7 @@ func TestPauseAndReconnectKeepObjects(t *testing.T) {
 
 	check := func(when string) {
 		t.Helper()
-		waitFor(t, "activation", d.active.Load)
+		wait.For(t, "activation", d.active.Load)
 		if o := d.Objects(); o != want {
 			t.Fatalf("%s: objects %+v, want %+v", when, o, want)
 		}
@@ -40,7 +41,7 @@ func TestPauseAndReconnectKeepObjects(t *testing.T) {
 	if err := g.vm.Stop(g.ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "deactivation", func() bool { return !d.active.Load() && d.DoorbellMode() == DoorbellNone })
+	wait.For(t, "deactivation", func() bool { return !d.active.Load() && d.DoorbellMode() == DoorbellNone })
 	if err := g.vm.Start(g.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestResetDropsObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	// RESET_DEVICE has no reply: wait for the back-end to get to it.
-	waitFor(t, "RESET_DEVICE", func() bool { return d.Objects() == empty })
+	wait.For(t, "RESET_DEVICE", func() bool { return d.Objects() == empty })
 	if _, err := translate(t, d, key, 1, 0, 0); err == nil {
 		t.Fatal("MR key survived RESET_DEVICE")
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/internal/sim/frontend"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 	"github.com/vstellar/vstellar/pvdma"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
@@ -572,7 +573,7 @@ func (r *pvRun) doStep() {
 		if err := s.g.vm.Reconnect(s.g.ctx); err != nil {
 			r.fatalf("%s: reconnect: %v", s.name, err)
 		}
-		waitFor(r.t, "re-activation", s.d.active.Load)
+		wait.For(r.t, "re-activation", s.d.active.Load)
 		s.memoryReplaced()
 	case k < 95:
 		// One doorbell area per reset, and none in shared-memory mode.
@@ -603,7 +604,7 @@ func (r *pvRun) deviceReset(s *pvSide, drop bool) {
 	if err := vm.Start(s.g.ctx); err != nil {
 		r.fatalf("%s: restart: %v", s.name, err)
 	}
-	waitFor(r.t, "re-activation", s.d.active.Load)
+	wait.For(r.t, "re-activation", s.d.active.Load)
 	s.memoryReplaced()
 	s.checkDropped()
 	s.dropObjects()
@@ -1406,7 +1407,7 @@ func (r *pvRun) racingRemove(o *pvSide) {
 			r.fatalf("%s: %s: %v", o.name, how, err)
 		}
 		if how == "reconnect" {
-			waitFor(r.t, "re-activation", o.d.active.Load)
+			wait.For(r.t, "re-activation", o.d.active.Load)
 		}
 	}
 	var c abi.CQE

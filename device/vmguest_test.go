@@ -9,6 +9,7 @@ import (
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/internal/sim/vmsim"
 	"github.com/vstellar/vstellar/internal/testkit/vhosttest"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 	"github.com/vstellar/vstellar/vhost"
 	"github.com/vstellar/vstellar/virtio"
 	"github.com/vstellar/vstellar/virtio/abi"
@@ -86,7 +87,7 @@ func startVM(t testing.TB, d *Device, o vmOpts) *vmGuest {
 	// The Backend activates the device on a goroutine of its own once the
 	// rings start (activation may wait for SHMEM_MAP's acknowledgement,
 	// which the front-end gives only between its own requests).
-	waitFor(t, "device activation", d.active.Load)
+	wait.For(t, "device activation", d.active.Load)
 	g := &vmGuest{t: t, d: d, b: b, vm: vm, ctx: ctx}
 	g.scratch = g.alloc(batchMax*(batchReq+batchResp), 4096)
 	return g
@@ -341,15 +342,4 @@ func memView(t testing.TB, mem *guestmem.Table, gpa, n uint64) guestmem.View {
 		t.Fatal(err)
 	}
 	return v
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

@@ -514,13 +514,7 @@ func TestEventsRouting(t *testing.T) {
 		t.Fatalf("lost %d", f.d.EventsLost())
 	}
 	// Every used buffer was re-posted (including the malformed one).
-	deadline := time.Now().Add(5 * time.Second)
-	for f.ft.numPosted() != eventBuffers {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d event buffers posted after delivery, want %d", f.ft.numPosted(), eventBuffers)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitPosted(t, f.ft, eventBuffers)
 	// A buffer the driver does not own (a predecessor's) is read but not
 	// re-posted.
 	foreign, _ := f.ft.AllocDMA(abi.EventSize, abi.EventSize)

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 	"github.com/vstellar/vstellar/virtio"
 )
 
@@ -42,14 +43,10 @@ func TestActivatesOnRingStartWithoutStallingTheFrontEnd(t *testing.T) {
 
 	// QEMU maps the file as RAM once it reads SHMEM_MAP, and reports the
 	// BAR as a memory region.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if reqs, _ := g.channelRequests(); len(reqs) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no SHMEM_MAP on the back-end channel")
-		}
-	}
+	wait.For(t, "SHMEM_MAP on the back-end channel", func() bool {
+		reqs, _ := g.channelRequests()
+		return len(reqs) == 1
+	})
 	slots := memory(b).Len()
 	shmBAR := [4]uint64{0xfe00_0000, 4096, 0x7f10_0000_0000, 0}
 	s.fe.mustAck(uint32(ReqAddMemReg), singleRegion(shmBAR), dev.shm)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/guestmem"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 	"github.com/vstellar/vstellar/virtio"
 )
 
@@ -163,13 +164,8 @@ func TestSchedule(t *testing.T) {
 	g.start(8)
 	// The Backend activates the device after it has acknowledged
 	// DRIVER_OK, so activation may trail start.
-	env := dev.env()
-	for deadline := time.Now().Add(10 * time.Second); env == nil; env = dev.env() {
-		if time.Now().After(deadline) {
-			t.Fatal("device not activated")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	var env Env
+	wait.For(t, "device activation", func() bool { env = dev.env(); return env != nil })
 	env.Schedule(-1)
 	env.Schedule(2) // the echo device has two queues
 	// The first kick starts the ring (as the VMM's armed kick fd does).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 	"github.com/vstellar/vstellar/transport/wire"
 )
 
@@ -191,7 +192,7 @@ func TestStaleIncarnation(t *testing.T) {
 	sa0, sb0, begins0 := before()
 	replay(t, b.f.Addr(), staleData)
 	replay(t, a.f.Addr(), staleAck)
-	waitFor(t, "both stale packets refused", func() bool { return a.f.Stats().Foreign == sa0.Foreign+1 && b.f.Stats().Foreign == sb0.Foreign+1 })
+	wait.For(t, "both stale packets refused", func() bool { return a.f.Stats().Foreign == sa0.Foreign+1 && b.f.Stats().Foreign == sb0.Foreign+1 })
 	sa1, sb1, begins1 := before()
 	if begins1 != begins0 || !bytes.Equal(mem(0, 1000), make([]byte, 1000)) {
 		t.Fatalf("the stale WRITE reached the responder: %d Begins, was %d", begins1, begins0)
@@ -217,7 +218,7 @@ func TestStaleIncarnation(t *testing.T) {
 	incarnation(oldA, oldB)
 	sb0 = b.f.Stats()
 	replay(t, b.f.Addr(), staleData)
-	waitFor(t, "the stale WRITE taken", func() bool { return bytes.Equal(mem(0, 1000), want(1)) })
+	wait.For(t, "the stale WRITE taken", func() bool { return bytes.Equal(mem(0, 1000), want(1)) })
 	if st := b.f.Stats(); st.Foreign != sb0.Foreign || st.DataReceived != sb0.DataReceived+1 {
 		t.Fatalf("stats %+v after the stale packet, were %+v", st, sb0)
 	}
@@ -226,7 +227,7 @@ func TestStaleIncarnation(t *testing.T) {
 	write(12288, 4)
 	// b's ACK of the stale packet can reach a after a sent its WRITE and
 	// complete it while that WRITE is still on its way to b.
-	waitFor(t, "the new first WRITE taken for a duplicate", func() bool { return b.f.Stats().Duplicates > sb0.Duplicates })
+	wait.For(t, "the new first WRITE taken for a duplicate", func() bool { return b.f.Stats().Duplicates > sb0.Duplicates })
 	if !bytes.Equal(mem(12288, 1000), make([]byte, 1000)) {
 		t.Fatal("the new incarnation's first WRITE was placed")
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/transport/wire"
 )
@@ -389,7 +390,7 @@ func TestPeerNeverConnects(t *testing.T) {
 	if res := w.next(t, 5*time.Second); res.o != fabric.OutcomeRetryExceeded {
 		t.Fatalf("outcome %v", res.o)
 	}
-	waitFor(t, "b to count packets for an unknown connection", func() bool { return b.f.Stats().UnknownConn > 0 })
+	wait.For(t, "b to count packets for an unknown connection", func() bool { return b.f.Stats().UnknownConn > 0 })
 }
 
 // TestRNRExceeded: a SEND with no receive and rnr_retry 1 fails
@@ -420,17 +421,6 @@ func forge(t *testing.T, to netip.AddrPort, h wire.Header, d wire.Data, payload 
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestForgedPackets: packets with the right connection id but the wrong
 // token or tenant are dropped and counted, and reach no responder; one
 // with the right identity is taken (its Incoming begun), and Disconnect
@@ -451,13 +441,13 @@ func TestForgedPackets(t *testing.T) {
 	otherTenant.Tenant++
 	forge(t, b.f.Addr(), badToken, d, payload)
 	forge(t, b.f.Addr(), otherTenant, d, payload)
-	waitFor(t, "two foreign packets", func() bool { return b.f.Stats().Foreign == 2 })
+	wait.For(t, "two foreign packets", func() bool { return b.f.Stats().Foreign == 2 })
 	if begins, _, _, _ := b.dev.snapshot(); begins != 0 {
 		t.Fatalf("%d Begins for forged packets", begins)
 	}
 	// The right identity: half of a WRITE arrives and is begun.
 	forge(t, b.f.Addr(), first, d, payload)
-	waitFor(t, "the first half placed", func() bool {
+	wait.For(t, "the first half placed", func() bool {
 		b.dev.mu.Lock()
 		defer b.dev.mu.Unlock()
 		return b.dev.open == 1 && bytes.Equal(b.dev.mem[:1000], payload)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/fabric/remote"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 	"github.com/vstellar/vstellar/latency"
 	"github.com/vstellar/vstellar/transport"
 )
@@ -56,7 +57,7 @@ func TestStatsTotals(t *testing.T) {
 	r := request(a, b, 1, 2, fabric.OpWrite)
 	r.Len, r.Local = n1, v
 	a.f.Post(r, w)
-	waitFor(t, "a retransmission timeout", func() bool { return a.f.Stats().Timeouts > 0 })
+	wait.For(t, "a retransmission timeout", func() bool { return a.f.Stats().Timeouts > 0 })
 	for _, send := range []bool{false, true} {
 		if err := b.f.Connect(connection(b, a, 2, 1, send, 7, 7)); err != nil {
 			t.Fatal(err)

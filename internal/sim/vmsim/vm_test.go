@@ -13,6 +13,7 @@ import (
 
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/internal/sim/frontend"
+	"github.com/vstellar/vstellar/internal/testkit/wait"
 )
 
 // Request codes as literals, so these expectations restate QEMU's order
@@ -453,7 +454,7 @@ func TestBackendChannelWaitsForTheMainLoop(t *testing.T) {
 		_, err := vm.ReadConfig(ctx)
 		done <- err
 	}()
-	waitFor(t, "GET_CONFIG to be sent", func() bool { return slices.Contains(be.take(), getConfig) })
+	wait.For(t, "GET_CONFIG to be sent", func() bool { return slices.Contains(be.take(), getConfig) })
 	if err := fakeWrite(ch, 2, 0x9, nil, nil); err != nil { // CONFIG_CHANGE_MSG, NEED_REPLY
 		t.Fatal(err)
 	}
@@ -507,7 +508,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	vm.Close()
 	vm.Close()
 	be.drop() // the fake back-end lets go of what it received
-	waitFor(t, "fds to return to the baseline", func() bool { return fds() == before })
+	wait.For(t, "fds to return to the baseline", func() bool { return fds() == before })
 }
 
 func TestBadConfig(t *testing.T) {
