@@ -19,6 +19,7 @@ import (
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/internal/netlab"
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/testkit/verbstest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -48,25 +49,12 @@ const xbuf = 4 << 20
 
 func newXend(t *testing.T, ctx context.Context, vm *hostsim.VM) *xend {
 	t.Helper()
-	e := &xend{vm: vm}
-	var err error
-	if e.pd, err = vm.Driver.AllocPD(ctx); err != nil {
-		t.Fatal(err)
+	v, err := verbstest.New(ctx, vm.Driver, verbstest.Options{CQSize: 256, BufSize: xbuf,
+		Cap: guestdriver.QPCap{SQSize: 64, RQSize: 64, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInline: 64}})
+	if err != nil {
+		t.Fatalf("%s: %v", vm.Name, err)
 	}
-	if e.cq, err = vm.Driver.CreateCQ(ctx, 256); err != nil {
-		t.Fatal(err)
-	}
-	if e.qp, err = e.pd.CreateQP(ctx, guestdriver.QPInit{SendCQ: e.cq, RecvCQ: e.cq,
-		Cap: guestdriver.QPCap{SQSize: 64, RQSize: 64, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInline: 64}}); err != nil {
-		t.Fatal(err)
-	}
-	if e.buf, err = vm.Driver.Alloc(xbuf, 4096); err != nil {
-		t.Fatal(err)
-	}
-	if e.mr, err = e.pd.RegMR(ctx, e.buf, abi.AccessAll); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return &xend{vm: vm, pd: v.PD, cq: v.SCQ, qp: v.QP, buf: v.Buf, mr: v.MR}
 }
 
 func (e *xend) connect(t *testing.T, ctx context.Context, peer *xend, c guestdriver.RCConnect) {

@@ -9,6 +9,7 @@ import (
 	"github.com/vstellar/vstellar/fabric"
 	. "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/internal/sim/vmsim"
+	"github.com/vstellar/vstellar/internal/testkit/verbstest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -17,6 +18,7 @@ import (
 type end struct {
 	r    *rig
 	d    *Device
+	v    *verbstest.End // the objects below
 	pd   *PD
 	scq  *CQ
 	rcq  *CQ
@@ -49,11 +51,7 @@ func newPair(t *testing.T, o endOpts) (a, b *end) {
 	a = newEnd(t, t.Name()+"-a", fab, o)
 	b = newEnd(t, t.Name()+"-b", fab, o)
 	if !o.noConn {
-		ctx := testCtx(t)
-		if err := a.qp.ConnectTo(ctx, b.qp.Endpoint()); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.qp.ConnectTo(ctx, a.qp.Endpoint()); err != nil {
+		if err := verbstest.Connect(testCtx(t), a.v, b.v); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,29 +60,13 @@ func newPair(t *testing.T, o endOpts) (a, b *end) {
 
 func newEnd(t *testing.T, name string, fab fabric.Fabric, o endOpts) *end {
 	t.Helper()
-	ctx := testCtx(t)
 	r := startRigOn(t, name, fab, o.vm)
-	e := &end{r: r, d: r.drv, name: name}
-	var err error
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %s: %v", name, what, err)
-		}
+	v, err := verbstest.New(testCtx(t), r.drv, verbstest.Options{CQSize: 128, SplitCQ: true,
+		Cap: o.cap, SigAll: o.sigAll, BufSize: bufSize})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
-	e.pd, err = e.d.AllocPD(ctx)
-	must("AllocPD", err)
-	e.scq, err = e.d.CreateCQ(ctx, 128)
-	must("CreateCQ", err)
-	e.rcq, err = e.d.CreateCQ(ctx, 128)
-	must("CreateCQ", err)
-	e.qp, err = e.pd.CreateQP(ctx, QPInit{SendCQ: e.scq, RecvCQ: e.rcq, Cap: o.cap, SigAll: o.sigAll})
-	must("CreateQP", err)
-	e.buf, err = e.d.Alloc(bufSize, 4096)
-	must("Alloc", err)
-	e.mr, err = e.pd.RegMR(ctx, e.buf, abi.AccessAll)
-	must("RegMR", err)
-	return e
+	return &end{r: r, d: r.drv, v: v, pd: v.PD, scq: v.SCQ, rcq: v.RCQ, qp: v.QP, buf: v.Buf, mr: v.MR, name: name}
 }
 
 func testCtx(t *testing.T) context.Context {

@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/testkit/hosttest"
 	"github.com/vstellar/vstellar/metrics"
 )
 
@@ -67,13 +67,7 @@ next:
 // the documented types, and follow what a guest does: a QP and an MR, a
 // 1 MiB WRITE between two VMs, the control commands it took.
 func TestMetricsAfterTraffic(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	h, err := hostsim.New(ctx, hostsim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	ctx, h := hosttest.Start(t, 30*time.Second, hostsim.Options{})
 	reg := metrics.Registry(h.Manager())
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
 		t.Fatalf("lint of an empty daemon: %v %+v", err, problems)
@@ -144,13 +138,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 // concurrently all succeed, lint-clean, each seeing a device count that
 // only goes down, and the last sees none.
 func TestScrapeDuringMassDestroy(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	h, err := hostsim.New(ctx, hostsim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	ctx, h := hosttest.Start(t, 60*time.Second, hostsim.Options{})
 	const count = 60
 	c := h.Client()
 	var names []string

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -9,8 +8,9 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/api"
-	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/testkit/hosttest"
+	"github.com/vstellar/vstellar/internal/testkit/verbstest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -18,39 +18,17 @@ import (
 // built a CQ, a QP and an MR, show, qps and mrs print them, as tables and
 // as JSON, and host and host nics describe the host.
 func TestCtlInspectsRealDevice(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	h, err := hostsim.New(ctx, hostsim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	ctx, h := hosttest.Start(t, 30*time.Second, hostsim.Options{})
 	v, err := h.AddVM(ctx, "vm0", hostsim.VMOptions{MemSize: 32 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := v.Driver
-	pd, err := d.AllocPD(ctx)
+	e, err := verbstest.New(ctx, v.Driver, verbstest.Options{CQSize: 8, BufSize: 1 << 20,
+		Access: abi.AccessLocalWrite | abi.AccessRemoteRead})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cq, err := d.CreateCQ(ctx, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := pd.CreateQP(ctx, guestdriver.QPInit{SendCQ: cq, RecvCQ: cq,
-		Cap: guestdriver.QPCap{SQSize: 8, RQSize: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf, err := d.Alloc(1<<20, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := pd.RegMR(ctx, buf, abi.AccessLocalWrite|abi.AccessRemoteRead)
-	if err != nil {
-		t.Fatal(err)
-	}
+	qp, mr := e.QP, e.MR
 	sock := h.API()
 
 	code, out, errOut := ctl(t, sock, "devices", "show", "vm0")

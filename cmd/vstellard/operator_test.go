@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/testkit/hosttest"
 )
 
 // TestRunConfigErrorsExitTwo: a configuration a restart cannot fix, a
@@ -93,14 +94,8 @@ func (c *lineCounter) Handle(_ context.Context, r slog.Record) error {
 // TestOneDeviceActiveLinePerActivation: an activation logs "device
 // active" once, its features by name.
 func TestOneDeviceActiveLinePerActivation(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	lc := &lineCounter{n: map[string]int{}}
-	h, err := hostsim.New(ctx, hostsim.Options{Log: slog.New(lc)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	ctx, h := hosttest.Start(t, 30*time.Second, hostsim.Options{Log: slog.New(lc)})
 	if _, err := h.AddVM(ctx, "vm0", hostsim.VMOptions{MemSize: 32 << 20}); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/vstellar/vstellar/api"
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
+	"github.com/vstellar/vstellar/internal/testkit/hosttest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -63,13 +64,7 @@ func TestHostRunsVMsAndCleansUp(t *testing.T) {
 // burns under 2% of one core: the engines sleep until a doorbell kick.
 // The measurement covers the whole process, VMs included.
 func TestHundredIdleDevicesCostNoCPU(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	h, err := hostsim.New(ctx, hostsim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	ctx, h := hosttest.Start(t, 2*time.Minute, hostsim.Options{})
 	for i := range 100 {
 		v, err := h.AddVM(ctx, fmt.Sprintf("idle-%03d", i), hostsim.VMOptions{MemSize: 16 << 20})
 		if err != nil {
@@ -114,13 +109,7 @@ func TestHundredIdleDevicesCostNoCPU(t *testing.T) {
 func TestPinModesAndRemoveVM(t *testing.T) {
 	const mem = 64 << 20
 	needMlock(t, 2*mem)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	h, err := hostsim.New(ctx, hostsim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	ctx, h := hosttest.Start(t, 30*time.Second, hostsim.Options{})
 	base := vmLocked(t)
 
 	all, err := h.AddVM(ctx, "pin-all", hostsim.VMOptions{MemSize: mem, Pin: &api.PinSpec{Mode: "all"}})

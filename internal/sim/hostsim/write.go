@@ -6,6 +6,7 @@ import (
 	"time"
 
 	guestdriver "github.com/vstellar/vstellar/guest-driver"
+	"github.com/vstellar/vstellar/internal/testkit/verbstest"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -15,49 +16,29 @@ import (
 // MR into the second's, and returns both buffers once the WRITE
 // completed. Tests and tools use it to put traffic through a host.
 func WriteAcross(ctx context.Context, a, b *Host, names [2]string, n int) (src, dst []byte, err error) {
-	var vms [2]*VM
-	var qps [2]*guestdriver.QP
-	var cqs [2]*guestdriver.CQ
-	var mrs [2]*guestdriver.MR
+	var ends [2]*verbstest.End
 	for i, h := range []*Host{a, b} {
-		if vms[i], err = h.AddVM(ctx, names[i], VMOptions{MemSize: 64 << 20}); err != nil {
+		vm, err := h.AddVM(ctx, names[i], VMOptions{MemSize: 64 << 20})
+		if err != nil {
 			return nil, nil, err
 		}
-		d := vms[i].Driver
-		pd, err := d.AllocPD(ctx)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", names[i], err)
-		}
-		if cqs[i], err = d.CreateCQ(ctx, 8); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", names[i], err)
-		}
-		if qps[i], err = pd.CreateQP(ctx, guestdriver.QPInit{SendCQ: cqs[i], RecvCQ: cqs[i],
-			Cap: guestdriver.QPCap{SQSize: 8, RQSize: 8, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", names[i], err)
-		}
-		buf, err := d.Alloc(uint64(n), 4096)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", names[i], err)
-		}
-		if mrs[i], err = pd.RegMR(ctx, buf, abi.AccessAll); err != nil {
+		if ends[i], err = verbstest.New(ctx, vm.Driver, verbstest.Options{CQSize: 8, BufSize: uint64(n)}); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", names[i], err)
 		}
 	}
-	for i := range 2 {
-		if err := qps[i].ConnectTo(ctx, qps[1-i].Endpoint()); err != nil {
-			return nil, nil, fmt.Errorf("%s: connecting its QP: %w", names[i], err)
-		}
+	if err := verbstest.Connect(ctx, ends[0], ends[1]); err != nil {
+		return nil, nil, fmt.Errorf("%s and %s: %w", names[0], names[1], err)
 	}
-	src = mrs[0].Buffer().Bytes()
+	src, dst = ends[0].Buf.Bytes(), ends[1].Buf.Bytes()
 	for i := range src {
 		src[i] = byte(i*7 + i>>11)
 	}
-	if err := qps[0].PostSend(guestdriver.SendWR{WRID: 1, Opcode: abi.WRRDMAWrite, Signaled: true,
-		SGL: []abi.SGE{mrs[0].SGE(0, uint32(n))}, RemoteAddr: mrs[1].IOVA(), RKey: mrs[1].RKey()}); err != nil {
+	if err := ends[0].QP.PostSend(guestdriver.SendWR{WRID: 1, Opcode: abi.WRRDMAWrite, Signaled: true,
+		SGL: []abi.SGE{ends[0].MR.SGE(0, uint32(n))}, RemoteAddr: ends[1].MR.IOVA(), RKey: ends[1].MR.RKey()}); err != nil {
 		return nil, nil, fmt.Errorf("%s: posting the WRITE: %w", names[0], err)
 	}
 	var wc [1]guestdriver.WC
-	for cqs[0].Poll(wc[:]) == 0 {
+	for ends[0].SCQ.Poll(wc[:]) == 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("%s: no completion for the WRITE: %w", names[0], err)
 		}
@@ -66,5 +47,5 @@ func WriteAcross(ctx context.Context, a, b *Host, names [2]string, n int) (src, 
 	if err := wc[0].Err(); err != nil {
 		return nil, nil, fmt.Errorf("%s: the WRITE: %w", names[0], err)
 	}
-	return src, mrs[1].Buffer().Bytes(), nil
+	return src, dst, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/vstellar/vstellar/internal/sim/frontend"
 	"github.com/vstellar/vstellar/internal/sim/hostsim"
 	"github.com/vstellar/vstellar/internal/sim/vmsim"
+	"github.com/vstellar/vstellar/internal/testkit/hosttest"
 	"github.com/vstellar/vstellar/internal/vhosttrace"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
@@ -134,14 +135,8 @@ func ringStart(nq int) []string {
 // stop and cont, Close for quit and for unplug, Reset and Start for
 // system_reset and for reboot.
 func simulateTrace(t *testing.T, proto uint64) map[string][]string {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
 	tl := newTraceLog()
-	h, err := hostsim.New(ctx, hostsim.Options{Log: slog.New(tl)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
+	ctx, h := hosttest.Start(t, time.Minute, hostsim.Options{Log: slog.New(tl)})
 	boot := func(name string) *vmsim.VM {
 		t.Helper()
 		socket, err := h.CreateDevice(ctx, name, hostsim.VMOptions{})
