@@ -238,7 +238,8 @@ func (e *Engine) DestroySRQ(srqn uint32) error { return e.destroySRQ(srqn) }
 // After it returns no goroutine touches the QP's rings again.
 func (e *Engine) DestroyQP(qpn uint32) error { return e.destroyQP(qpn) }
 
-// Respond implements fabric.Responder (see responder.go).
+// Respond implements fabric.Responder: the request whole, through the
+// same steps as a streamed one (see responder.go).
 func (e *Engine) Respond(req *fabric.Request) fabric.Outcome { return e.respond(req) }
 
 // TryEnter, Enter and Exit implement fabric.StreamResponder (see
@@ -258,7 +259,9 @@ func (e *Engine) Exit() { e.gate.RUnlock() }
 // request whose payload arrives later, in pieces, and returns the
 // Incoming that places it. The caller has entered the data path
 // (TryEnter or Enter).
-func (e *Engine) Begin(req *fabric.Request) (fabric.Incoming, fabric.Outcome) { return e.begin(req) }
+func (e *Engine) Begin(req *fabric.Request) (fabric.Incoming, fabric.Outcome) {
+	return e.beginStreamed(req)
+}
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() Stats { return e.stats() }

@@ -14,7 +14,7 @@
 // retry only when it lasts a whole timeout.
 //
 // The rationale (the gate and lock order, why a responder only tries
-// the gate, the streaming responder's steps, retries, errors, the idle
+// the gate, the responder's steps, retries, errors, the idle
 // protocol) is in docs/architecture.md, "### engine"; the doorbell
 // protocol in docs/spec.md §6.6. Where code depends on it, it refers
 // there.

@@ -72,16 +72,12 @@ type qp struct {
 	// several goroutines, and the engine goroutine flushes the RQ.
 	rmu    sync.Mutex
 	rqCons uint32
-	rbuf   []byte // copy of the receive WQE being consumed
-	// srqHeld: rbuf holds a WQE taken from the SRQ for the request being
-	// responded to, to be given back unless it completes.
-	srqHeld bool
+	rbuf   []byte // copy of the RQ's receive WQE being looked at
 	// lastWQE: QP_LAST_WQE was sent for this stay in ERR (a QP on an SRQ).
 	lastWQE bool
-	rviews  []guestmem.View // receive buffers
-	tviews  []guestmem.View // responder-side MR views
-	// rspHold holds the pins of the request being responded to (rmu).
-	rspHold pvdma.Hold
+	// local is the incoming a local request to this QP is served with,
+	// under rmu (see begin).
+	local incoming
 	// open lists the streamed requests begun on this QP and not yet
 	// released (rmu, or the gate held exclusively), so that a reset or
 	// destroy can drop their pins.
@@ -219,13 +215,10 @@ func (e *Engine) createQP(s QPSpec) error {
 	if err := e.pinRing(&ringPins, "send queue", s.SQAddr, uint64(s.SQSize)*uint64(sqStride)); err != nil {
 		return err
 	}
-	rbuf := rqStride
 	if sr == nil {
 		if err := e.pinRing(&ringPins, "receive queue", s.RQAddr, uint64(s.RQSize)*uint64(rqStride)); err != nil {
 			return err
 		}
-	} else {
-		rbuf = sr.stride // a WQE taken from the SRQ is copied here
 	}
 	scratch, err := guestmem.MapAnonymous(uint64(sqStride))
 	if err != nil {
@@ -238,9 +231,7 @@ func (e *Engine) createQP(s QPSpec) error {
 		maxInline: s.MaxInlineData, sqAddr: s.SQAddr, rqAddr: s.RQAddr, sqStride: sqStride, rqStride: rqStride,
 		scratch: scratch, wqeBuf: scratch.View(), sq: sq, rq: rq, ringsOK: true, srq: sr,
 		views:    make([]guestmem.View, 0, s.MaxSendSGE+4),
-		rbuf:     make([]byte, rbuf),
-		rviews:   make([]guestmem.View, 0, s.MaxRecvSGE+4),
-		tviews:   make([]guestmem.View, 0, 4),
+		rbuf:     make([]byte, rqStride),
 		ringPins: ringPins,
 	}
 	q.attr.Store(&abi.QPAttr{})

@@ -10,217 +10,263 @@ import (
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
-// respond executes a request from a peer QP against one of ours. It runs
-// on the requester's goroutine (the local fabric calls it synchronously),
-// so it must never block on anything another device holds: it only tries
-// the gate (a pending control change, Stop or a memory change answers
-// OutcomeRetry and the peer comes back later) and otherwise takes only
-// this QP's responder lock and CQ locks, which are never held across a
-// fabric call.
+// A peer's request takes one path, whichever fabric brings it. begin
+// checks it (QP, state, peer, length, access, rkey, range; for SEND,
+// SEND_IMM and WRITE_IMM the receive WQE it will consume, or RNR) and
+// translates and pins its target into an incoming; the incoming's place
+// puts the payload straight into guest memory, commit makes the request
+// take effect (the receive consumed and its CQE written, an atomic
+// performed) and release lets go (stream.go). The cross-host fabric
+// drives these steps as packets come (fabric.StreamResponder); the
+// in-process fabric hands over a whole request, and respond drives them
+// in one call.
+
+// respond implements Respond. It runs on the requester's goroutine (the
+// local fabric calls it synchronously), so it must never block on
+// anything another device holds: it only tries the gate (a control
+// change answers OutcomeBusy and the peer comes back soon) and otherwise
+// takes only this QP's responder lock and CQ locks, which are never held
+// across a fabric call. The gate is held from begin to release, so no
+// step finds its target gone.
 func (e *Engine) respond(req *fabric.Request) (out fabric.Outcome) {
 	if !e.gate.TryRLock() {
-		// A control change holds the gate for microseconds: ask the
-		// peer to come back soon rather than spend one of its retries.
 		return fabric.OutcomeBusy
 	}
 	defer e.gate.RUnlock()
-	if !e.running || e.broken.Load() {
-		return fabric.OutcomeRetry
-	}
-	q := e.lookupQP(req.Dst.QPN)
-	if q == nil || !q.recOK || !q.ringsOK {
-		return fabric.OutcomeUnreachable
-	}
-	switch q.getState() {
-	case abi.QPStateRTR, abi.QPStateRTS, abi.QPStateSQD:
-	default:
-		// A QP in RESET, INIT or ERR drops requests; the requester times
-		// out, as on a wire.
-		return fabric.OutcomeUnreachable
-	}
-	a := q.attr.Load()
-	if a.AH.DGID != req.Src.GID || a.DestQPN != req.Src.QPN {
-		// An RC QP talks to exactly the peer it was connected to: nobody
-		// else may write into it or consume its receives.
-		return fabric.OutcomeUnreachable
-	}
-	if !localLenOK(req) {
-		return fabric.OutcomeInvalidRequest
-	}
 	// Both guests' memory is touched here. A fault (a guest truncated its
 	// memory file) fails this request only; if it was our memory, the
 	// engine goroutine will fault on it too and stop this device.
-	if err := guestmem.Guard(func() error { out = e.respondOn(q, a, req); return nil }); err != nil {
-		e.log.Error("memory fault while responding", "qpn", q.qpn, "op", req.Op, "err", err)
+	if err := guestmem.Guard(func() error { out = e.respondWhole(req); return nil }); err != nil {
+		e.log.Error("memory fault while responding", "qpn", req.Dst.QPN, "op", req.Op, "err", err)
 		return fabric.OutcomeRemoteOp
 	}
 	return out
 }
 
-// respondOn carries out a checked request on q under its responder lock.
-func (e *Engine) respondOn(q *qp, a *abi.QPAttr, req *fabric.Request) (out fabric.Outcome) {
-	q.rmu.Lock()
-	defer q.rmu.Unlock()
-	defer q.rspHold.Release() // the pins this request's DMA took
-	defer q.giveBackHeld()    // a receive taken from the SRQ and not completed
+// respondWhole takes a local request through the steps, inside respond's
+// Guard: begin, the payload placed from the requester's memory in one
+// copy, commit, and a READ's data or an atomic's original value copied
+// back into the requester's memory.
+func (e *Engine) respondWhole(req *fabric.Request) fabric.Outcome {
+	in, out := e.begin(req, true)
+	if out != fabric.OutcomeOK {
+		return out
+	}
+	defer in.release(true) // also after a fault: pins, a WQE taken from an SRQ, rmu
+	if !in.op.HasResponse() && !in.placeViews(req.Local) {
+		return fabric.OutcomeRemoteOp
+	}
+	if out = in.commit(); out != fabric.OutcomeOK {
+		return out
+	}
+	switch in.op {
+	case fabric.OpRead:
+		e.st.bytesSent.Add(guestmem.CopyViews(req.Local, in.views))
+	case fabric.OpCmpSwap, fabric.OpFetchAdd:
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], in.value)
+		off := 0
+		for _, v := range req.Local {
+			off += v.CopyIn(0, b[off:])
+		}
+	}
+	return fabric.OutcomeOK
+}
+
+// begin checks req and prepares its target: Begin for a streamed request,
+// respond's first step for a local one, whose req.Local holds the payload
+// (or takes the answer) and which ends before the gate is let go. Nothing
+// of a refused request takes effect, except that a local request whose
+// receive WQE cannot take it completes that WQE in error (peekRecv).
+// Caller holds the gate shared and guards guest memory (the receive ring
+// and the doorbell record).
+func (e *Engine) begin(req *fabric.Request, local bool) (*incoming, fabric.Outcome) {
+	// Stop waits for the streamed requests begun before it and turns new
+	// ones away; a local one ends inside the gate Stop waits for.
+	if !e.running || e.broken.Load() || (!local && e.suspending.Load()) {
+		return nil, fabric.OutcomeRetry
+	}
+	q := e.lookupQP(req.Dst.QPN)
+	if q == nil || !q.recOK || !q.ringsOK || !q.serving() {
+		// A QP in RESET, INIT or ERR drops requests; the requester times
+		// out, as on a wire.
+		return nil, fabric.OutcomeUnreachable
+	}
+	a := q.attr.Load()
+	if a.AH.DGID != req.Src.GID || a.DestQPN != req.Src.QPN {
+		// An RC QP talks to exactly the peer it was connected to: nobody
+		// else may write into it or consume its receives.
+		return nil, fabric.OutcomeUnreachable
+	}
+	if !lenOK(req, local) {
+		return nil, fabric.OutcomeInvalidRequest
+	}
+	var in *incoming
+	if local {
+		// A local request holds rmu from here to its release: local
+		// requests to q take turns with q's own incoming, and finding,
+		// filling and consuming a receive is one step under one lock.
+		q.rmu.Lock()
+		in = &q.local
+	} else {
+		in = e.getIncoming()
+	}
+	in.e, in.q, in.gen, in.qgen, in.released, in.local = e, q, e.memGen, q.gen, false, local
+	in.op, in.len, in.srcQPN, in.imm, in.solicited = req.Op, req.Len, req.Src.QPN, req.Imm, req.Solicited
+	in.compare, in.swapAdd = req.Compare, req.SwapAdd
+	begun := false
 	defer func() {
+		if !begun { // refused, or guest memory faulted
+			in.drop()
+		}
+	}()
+	out := e.prepare(in, q, a, req)
+	if out != fabric.OutcomeOK {
 		if out == fabric.OutcomeRNR {
 			// The RNR NAK carries the responder's timer, as in IB.
 			req.RNRTimer, req.HasRNRTimer = a.MinRNRTimer, true
 		}
-	}()
+		return nil, out
+	}
+	if !local {
+		q.rmu.Lock()
+		defer q.rmu.Unlock()
+		if in.srqTaken && !q.serving() {
+			// The QP went to ERR since the take, and its flush may have
+			// passed (QP_LAST_WQE sent): nothing of the SRQ may complete
+			// on it now, so the WQE goes back rather than into the open
+			// list.
+			return nil, fabric.OutcomeUnreachable
+		}
+		q.link(in)
+	}
+	// A local request is served and released before the gate is let go,
+	// so no reset, destroy or Stop needs to find it on the open list, and
+	// with rmu held no flush of q runs meanwhile.
+	begun = true
+	return in, fabric.OutcomeOK
+}
+
+// lenOK checks a request's length: 8 bytes for an atomic, at most
+// maxMessage otherwise, and for a local request that the requester's
+// buffers hold exactly that many, so a responder never trusts Len alone.
+func lenOK(req *fabric.Request, local bool) bool {
 	switch req.Op {
-	case fabric.OpWrite:
-		return e.respWrite(q, a, req, false)
-	case fabric.OpWriteImm:
-		return e.respWrite(q, a, req, true)
-	case fabric.OpSend, fabric.OpSendImm:
-		return e.respSend(q, req)
-	case fabric.OpRead:
-		return e.respRead(q, a, req)
 	case fabric.OpCmpSwap, fabric.OpFetchAdd:
-		return e.respAtomic(q, a, req)
+		if req.Len != 8 {
+			return false
+		}
+	default:
+		if req.Len > maxMessage {
+			return false
+		}
+	}
+	return !local || guestmem.ViewsLen(req.Local) == req.Len
+}
+
+// serving reports whether q takes requests: RTR, RTS or SQD.
+func (q *qp) serving() bool {
+	switch q.getState() {
+	case abi.QPStateRTR, abi.QPStateRTS, abi.QPStateSQD:
+		return true
+	}
+	return false
+}
+
+// prepare checks req's access and translates its target into in.
+func (e *Engine) prepare(in *incoming, q *qp, a *abi.QPAttr, req *fabric.Request) fabric.Outcome {
+	switch req.Op {
+	case fabric.OpWrite, fabric.OpWriteImm:
+		if a.AccessFlags&abi.AccessRemoteWrite == 0 {
+			return fabric.OutcomeRemoteAccess
+		}
+		if req.Op == fabric.OpWriteImm {
+			// The receive is found (or RNR answered) before any byte lands.
+			if o := e.beginRecv(q, in, req.RecvAhead, false); o != fabric.OutcomeOK {
+				return o
+			}
+		}
+		if req.Len == 0 {
+			return fabric.OutcomeOK // no key is checked, as on hardware
+		}
+		return e.translate(in, q, req, abi.AccessRemoteWrite, req.Len)
+	case fabric.OpSend, fabric.OpSendImm:
+		return e.beginRecv(q, in, req.RecvAhead, true)
+	case fabric.OpRead:
+		if a.AccessFlags&abi.AccessRemoteRead == 0 {
+			return fabric.OutcomeRemoteAccess
+		}
+		if req.Len == 0 {
+			return fabric.OutcomeOK
+		}
+		return e.translate(in, q, req, abi.AccessRemoteRead, req.Len)
+	case fabric.OpCmpSwap, fabric.OpFetchAdd:
+		if a.AccessFlags&abi.AccessRemoteAtomic == 0 {
+			return fabric.OutcomeRemoteAccess
+		}
+		if req.RemoteAddr%8 != 0 {
+			return fabric.OutcomeInvalidRequest
+		}
+		if o := e.translate(in, q, req, abi.AccessRemoteAtomic, 8); o != fabric.OutcomeOK {
+			return o
+		}
+		if len(in.views) != 1 || !in.views[0].Aligned(0, 8) {
+			// The IOVA is aligned but the host address behind it is not (an
+			// MR whose IOVA and guest address disagree modulo 8).
+			return fabric.OutcomeInvalidRequest
+		}
+		return fabric.OutcomeOK
 	}
 	return fabric.OutcomeInvalidRequest
 }
 
-// localLenOK checks that the requester's buffers hold exactly the message
-// length the request claims, so a responder never trusts Len alone.
-func localLenOK(req *fabric.Request) bool {
-	switch req.Op {
-	case fabric.OpCmpSwap, fabric.OpFetchAdd:
-		return req.Len == 8 && guestmem.ViewsLen(req.Local) == 8
-	}
-	return req.Len <= maxMessage && guestmem.ViewsLen(req.Local) == req.Len
-}
-
-// translateRemote checks an rkey access and returns the views of our
-// memory behind it (in q.tviews, reused), pinned until respond returns.
-// A refused key, PD, access or range is a remote access error; memory
-// that could not be pinned (the budget is held by DMA in flight) is the
-// responder's operational error.
-func (e *Engine) translateRemote(q *qp, req *fabric.Request, need abi.Access, n uint64) ([]guestmem.View, fabric.Outcome) {
+// translate checks an rkey access and translates req's range into
+// in.views, pinned by in.hold until release. A refused key, PD, access or
+// range is a remote access error; memory that could not be pinned (the
+// budget is held by DMA in flight) is the responder's operational error.
+func (e *Engine) translate(in *incoming, q *qp, req *fabric.Request, need abi.Access, n uint64) fabric.Outcome {
 	if e.cfg.MTT == nil {
-		return nil, fabric.OutcomeRemoteAccess
+		return fabric.OutcomeRemoteAccess
 	}
-	vs, err := e.cfg.MTT.Translate(q.tviews[:0], &q.rspHold, emtt.Key(req.RKey), q.pdn, need, req.RemoteAddr, n)
-	q.tviews = vs[:0]
+	vs, err := e.cfg.MTT.Translate(in.views[:0], &in.hold, emtt.Key(req.RKey), q.pdn, need, req.RemoteAddr, n)
+	in.views = vs
 	if err != nil {
 		e.log.Debug("remote access refused", "qpn", q.qpn, "op", req.Op, "err", err)
 		if errors.Is(err, emtt.ErrPin) {
-			return nil, fabric.OutcomeRemoteOp
+			return fabric.OutcomeRemoteOp
 		}
-		return nil, fabric.OutcomeRemoteAccess
-	}
-	return vs, fabric.OutcomeOK
-}
-
-// respWrite serves RDMA WRITE and WRITE_WITH_IMM. The immediate variant
-// consumes a receive WQE (without using its buffers) and completes it
-// with RECV_RDMA_WITH_IMM; with no receive posted it answers RNR before
-// any data lands.
-func (e *Engine) respWrite(q *qp, a *abi.QPAttr, req *fabric.Request, imm bool) fabric.Outcome {
-	if a.AccessFlags&abi.AccessRemoteWrite == 0 {
 		return fabric.OutcomeRemoteAccess
 	}
-	var rw abi.RecvWQE
-	if imm {
-		var o fabric.Outcome
-		var ok bool
-		if rw, o, ok = e.takeRecv(q); !ok {
-			return o
-		}
-	}
-	if req.Len > 0 { // a zero-length WRITE checks no key, as on hardware
-		dst, o := e.translateRemote(q, req, abi.AccessRemoteWrite, req.Len)
-		if o != fabric.OutcomeOK {
-			return o
-		}
-		guestmem.CopyViews(dst, req.Local)
-		e.st.bytesReceived.Add(req.Len)
-	}
-	if imm {
-		e.completeRecv(q, &abi.CQE{WRID: rw.WRID, Opcode: abi.WCRecvRDMAWithImm, Flags: abi.WCWithImm,
-			ByteLen: uint32(req.Len), Imm: req.Imm}, req.Src.QPN, req.Solicited)
-	}
 	return fabric.OutcomeOK
 }
 
-// respSend serves SEND and SEND_WITH_IMM: the next receive WQE's buffers
-// take the message.
-func (e *Engine) respSend(q *qp, req *fabric.Request) fabric.Outcome {
-	rw, o, ok := e.takeRecv(q)
-	if !ok {
-		return o
-	}
-	sges := q.rbuf[abi.RecvWQEHeaderSize:]
-	dst, total, st := gatherSGEs(e.cfg.MTT, &q.rspHold, q.rviews[:0], sges, int(rw.NumSGE), q.pdn, abi.AccessLocalWrite)
-	q.rviews = dst[:0]
-	if st != abi.WCSuccess {
-		e.failRecv(q, rw.WRID, st, req)
-		return fabric.OutcomeRemoteOp
-	}
-	if total < req.Len {
-		e.failRecv(q, rw.WRID, abi.WCLocLenErr, req)
-		return fabric.OutcomeInvalidRequest
-	}
-	guestmem.CopyViews(dst, req.Local)
-	e.st.bytesReceived.Add(req.Len)
-	cqe := abi.CQE{WRID: rw.WRID, Opcode: abi.WCRecv, ByteLen: uint32(req.Len)}
-	if req.Op == fabric.OpSendImm {
-		cqe.Flags, cqe.Imm = abi.WCWithImm, req.Imm
-	}
-	e.completeRecv(q, &cqe, req.Src.QPN, req.Solicited)
-	return fabric.OutcomeOK
-}
-
-// takeRecv copies the next receive WQE into q.rbuf and decodes it,
-// without consuming it (from an SRQ: taken, and given back unless it
-// completes). No WQE: RNR. A malformed one completes with LOC_QP_OP_ERR
-// and the QP goes to ERR. Caller holds rmu.
-func (e *Engine) takeRecv(q *qp) (abi.RecvWQE, fabric.Outcome, bool) {
+// beginRecv finds the receive WQE a request will consume: from q's RQ
+// (peekRecv) or its SRQ (takeRecvSRQ). A local request's is the next one:
+// local requests to a QP take turns under its rmu, none ahead of another.
+func (e *Engine) beginRecv(q *qp, in *incoming, ahead uint32, buffers bool) fabric.Outcome {
 	if q.srq != nil {
-		if o := e.takeFromSRQ(q, q.rbuf); o != fabric.OutcomeOK {
-			return abi.RecvWQE{}, o, false
-		}
-		q.srqHeld = true
-		rw, err := abi.DecodeRecvWQE(q.rbuf, q.srq.maxSGE)
-		if err != nil {
-			e.badRecvWQE(q, err)
-			e.failRecv(q, rw.WRID, abi.WCLocQPOpErr, nil)
-			return abi.RecvWQE{}, fabric.OutcomeRemoteOp, false
-		}
-		return rw, fabric.OutcomeOK, true
+		return e.takeRecvSRQ(q, in, buffers)
 	}
-	prod := q.rec.LoadUint32Acquire(abi.QPDoorbellOffRQProd)
-	if prod == q.rqCons {
-		return abi.RecvWQE{}, fabric.OutcomeRNR, false
+	if in.local {
+		ahead = 0
 	}
-	if prod-q.rqCons > q.rqSize {
-		e.badProducer(q, "rq_prod", prod, q.rqCons)
-		return abi.RecvWQE{}, fabric.OutcomeRemoteOp, false
-	}
-	copyEntry(q.rbuf, q.rq, q.rqCons, q.rqSize, q.rqStride)
-	rw, err := abi.DecodeRecvWQE(q.rbuf, q.maxRecvSGE)
-	if err != nil {
-		e.badRecvWQE(q, err)
-		e.failRecv(q, rw.WRID, abi.WCLocQPOpErr, nil) // the decoder fills wr_id even so
-		return abi.RecvWQE{}, fabric.OutcomeRemoteOp, false
-	}
-	return rw, fabric.OutcomeOK, true
+	return e.peekRecv(q, in, ahead, buffers)
 }
 
-// badRecvWQE counts and logs a malformed receive WQE. Caller holds rmu.
-func (e *Engine) badRecvWQE(q *qp, err error) {
-	e.st.badWQEs.Add(1)
-	e.log.Debug("bad receive WQE", "qpn", q.qpn, "srqn", q.srqn(), "rq_cons", q.rqCons, "err", err)
-}
-
-// takeFromSRQ takes the next WQE of q's SRQ into dst. Empty: RNR. An SRQ
-// in error fails q as a runaway rq_prod would, and the requester gets
-// REM_OP_ERR.
-func (e *Engine) takeFromSRQ(q *qp, dst []byte) fabric.Outcome {
-	switch e.take(q.srq, dst) {
+// takeRecvSRQ takes the next WQE of q's SRQ for in (the SRQ serves its
+// QPs in the order their requests begin, so an RQ's "ahead" has no
+// meaning here) and, for a SEND (buffers), translates its SGEs into
+// in.views. Empty: RNR. Unlike a WQE of an RQ, a taken WQE that is
+// malformed, names bad buffers or is too small is not left for the next
+// request (it would fail every QP on the SRQ in turn): it completes in
+// error on q, which goes to ERR. An SRQ in error fails q as a runaway
+// rq_prod would.
+func (e *Engine) takeRecvSRQ(q *qp, in *incoming, buffers bool) fabric.Outcome {
+	if cap(in.wqe) < int(q.srq.stride) {
+		in.wqe = make([]byte, q.srq.stride)
+	}
+	in.wqe = in.wqe[:q.srq.stride]
+	switch e.take(q.srq, in.wqe) {
 	case srqEmpty:
 		return fabric.OutcomeRNR
 	case srqBroken:
@@ -228,98 +274,149 @@ func (e *Engine) takeFromSRQ(q *qp, dst []byte) fabric.Outcome {
 		e.qpFailed(q, abi.WCLocQPOpErr)
 		return fabric.OutcomeRemoteOp
 	}
-	return fabric.OutcomeOK
-}
-
-// giveBackHeld returns the WQE q took from its SRQ for the request being
-// responded to, if that request completed nothing. Caller holds rmu.
-func (q *qp) giveBackHeld() {
-	if q.srqHeld {
-		q.srq.giveBack(q.rbuf)
-		q.srqHeld = false
+	rw, err := abi.DecodeRecvWQE(in.wqe, q.srq.maxSGE)
+	in.wrid = rw.WRID // the decoder fills wr_id even when the WQE is bad
+	if err != nil {
+		e.badRecvWQE(q, 0, err)
+		e.failRecv(in, abi.WCLocQPOpErr)
+		return fabric.OutcomeRemoteOp
 	}
+	in.srqTaken = true
+	if !buffers {
+		return fabric.OutcomeOK
+	}
+	return e.recvBuffers(in, in.wqe, rw.NumSGE, true)
 }
 
-// completeRecv consumes the receive WQE being completed (consumeRecv)
-// with a successful CQE for a request from srcQPN: rq_cons first, as
-// retire does. Caller holds rmu.
-func (e *Engine) completeRecv(q *qp, cqe *abi.CQE, srcQPN uint32, solicited bool) {
-	cqe.QPN, cqe.SrcQP = q.qpn, srcQPN
-	e.consumeRecv(q)
-	e.push(q, q.rcq, cqe, solicited)
+// peekRecv finds the receive WQE ahead entries past rq_cons without
+// consuming it, records it in in and, for a SEND (buffers), translates its
+// SGEs into in.views. Not posted yet: RNR.
+//
+// A WQE that is malformed, names bad buffers or is too small ends the
+// request, and so does an rq_prod more than a ring ahead. A local
+// request's WQE is the next one, so it completes in error (a runaway
+// rq_prod completes nothing) and the QP goes to ERR, as on an RNIC. A
+// streamed request's may lie past WQEs that requests before it have yet
+// to consume, so it is only refused and nothing changes: the requester
+// learns from the NAK, and the engine's next local use of the RQ (a local
+// request, a flush) finds the fault again.
+func (e *Engine) peekRecv(q *qp, in *incoming, ahead uint32, buffers bool) fabric.Outcome {
+	if !in.local { // a local request holds rmu already (begin)
+		q.rmu.Lock()
+		defer q.rmu.Unlock()
+	}
+	prod := q.rec.LoadUint32Acquire(abi.QPDoorbellOffRQProd)
+	if avail := prod - q.rqCons; avail > q.rqSize {
+		if in.local {
+			e.badProducer(q, "rq_prod", prod, q.rqCons)
+		} else {
+			e.log.Debug("rq_prod runs past the ring", "qpn", q.qpn, "cons", q.rqCons, "ahead", avail)
+		}
+		return fabric.OutcomeRemoteOp
+	} else if ahead >= avail {
+		return fabric.OutcomeRNR
+	}
+	idx := q.rqCons + ahead
+	copyEntry(q.rbuf, q.rq, idx, q.rqSize, q.rqStride)
+	rw, err := abi.DecodeRecvWQE(q.rbuf, q.maxRecvSGE)
+	in.recvIdx, in.wrid = idx, rw.WRID
+	if err != nil {
+		e.badRecvWQE(q, idx, err)
+		if in.local {
+			e.failRecv(in, abi.WCLocQPOpErr)
+		}
+		return fabric.OutcomeRemoteOp
+	}
+	if !buffers {
+		return fabric.OutcomeOK
+	}
+	return e.recvBuffers(in, q.rbuf, rw.NumSGE, in.local)
 }
 
-// consumeRecv retires the receive WQE being completed: the one at
-// rq_cons, or the one taken from the SRQ (whose slot is free already).
-// Caller holds rmu.
+// recvBuffers translates the n SGEs of a receive WQE (wqe, a copy) into
+// in.views, where a SEND's payload will go. Buffers that are not the
+// QP's to write, or too small for the message, end the request; fail
+// completes the WQE in error and moves the QP to ERR (see peekRecv and
+// takeRecvSRQ for when). For an RQ the caller holds rmu.
+func (e *Engine) recvBuffers(in *incoming, wqe []byte, n uint16, fail bool) fabric.Outcome {
+	q := in.q
+	dst, total, st := gatherSGEs(e.cfg.MTT, &in.hold, in.views[:0], wqe[abi.RecvWQEHeaderSize:], int(n), q.pdn, abi.AccessLocalWrite)
+	in.views = dst
+	out := fabric.OutcomeOK
+	switch {
+	case st != abi.WCSuccess:
+		out = fabric.OutcomeRemoteOp
+	case total < in.len:
+		st, out = abi.WCLocLenErr, fabric.OutcomeInvalidRequest
+	}
+	if out != fabric.OutcomeOK && fail {
+		in.srqTaken = false
+		e.failRecv(in, st)
+	}
+	return out
+}
+
+// badRecvWQE counts and logs a malformed receive WQE: the one at idx of
+// q's RQ, or (idx 0) one taken from its SRQ.
+func (e *Engine) badRecvWQE(q *qp, idx uint32, err error) {
+	e.st.badWQEs.Add(1)
+	e.log.Debug("bad receive WQE", "qpn", q.qpn, "srqn", q.srqn(), "index", idx, "err", err)
+}
+
+// failRecv completes the receive WQE in found with error status st and
+// moves the QP to ERR: from an RQ the WQE at rq_cons, which it consumes
+// (caller holds rmu), from an SRQ the one in took.
+func (e *Engine) failRecv(in *incoming, st abi.WCStatus) {
+	q := in.q
+	if q.srq == nil {
+		e.consumeRecv(q)
+	}
+	e.push(q, q.rcq, &abi.CQE{WRID: in.wrid, Status: st, Opcode: abi.WCRecv, QPN: q.qpn, SrcQP: in.srcQPN}, true)
+	e.qpFailed(q, st)
+}
+
+// consumeRecv retires the receive WQE at rq_cons (before its CQE is
+// written, as retire does for the SQ). Caller holds rmu.
 func (e *Engine) consumeRecv(q *qp) {
-	if q.srq != nil {
-		q.srqHeld = false
-		return
-	}
 	q.rqCons++
 	q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
 }
 
-// failRecv consumes the receive WQE being completed (consumeRecv) with an
-// error CQE and moves the QP to ERR. Caller holds rmu.
-func (e *Engine) failRecv(q *qp, wrid uint64, st abi.WCStatus, req *fabric.Request) {
-	cqe := abi.CQE{WRID: wrid, Status: st, Opcode: abi.WCRecv, QPN: q.qpn}
-	if req != nil {
-		cqe.SrcQP = req.Src.QPN
+// commitRecv consumes the receive WQE begin found, which must be at
+// rq_cons by now (or taken from the SRQ and still this request's), with a
+// successful CQE.
+func (e *Engine) commitRecv(in *incoming) fabric.Outcome {
+	q := in.q
+	if !in.local { // see peekRecv
+		q.rmu.Lock()
+		defer q.rmu.Unlock()
 	}
-	e.consumeRecv(q)
-	e.push(q, q.rcq, &cqe, true)
-	e.qpFailed(q, st)
-}
-
-// respRead serves RDMA READ: our memory into the requester's buffers.
-func (e *Engine) respRead(q *qp, a *abi.QPAttr, req *fabric.Request) fabric.Outcome {
-	if a.AccessFlags&abi.AccessRemoteRead == 0 {
-		return fabric.OutcomeRemoteAccess
-	}
-	if req.Len == 0 {
-		return fabric.OutcomeOK
-	}
-	src, o := e.translateRemote(q, req, abi.AccessRemoteRead, req.Len)
-	if o != fabric.OutcomeOK {
-		return o
-	}
-	guestmem.CopyViews(req.Local, src)
-	e.st.bytesSent.Add(req.Len)
-	return fabric.OutcomeOK
-}
-
-// respAtomic serves CMP_SWAP and FETCH_ADD on an 8-byte aligned word of
-// our memory, atomically with respect to the host's other CPUs (and so to
-// other requesters), and returns the original value to the requester.
-func (e *Engine) respAtomic(q *qp, a *abi.QPAttr, req *fabric.Request) fabric.Outcome {
-	if a.AccessFlags&abi.AccessRemoteAtomic == 0 {
-		return fabric.OutcomeRemoteAccess
-	}
-	if req.RemoteAddr%8 != 0 {
-		return fabric.OutcomeInvalidRequest
-	}
-	vs, o := e.translateRemote(q, req, abi.AccessRemoteAtomic, 8)
-	if o != fabric.OutcomeOK {
-		return o
-	}
-	if len(vs) != 1 || !vs[0].Aligned(0, 8) {
-		// The IOVA is aligned but the host address behind it is not (an
-		// MR whose IOVA and guest address disagree modulo 8).
-		return fabric.OutcomeInvalidRequest
-	}
-	var orig uint64
-	if req.Op == fabric.OpCmpSwap {
-		orig = vs[0].CompareAndSwapUint64(0, req.Compare, req.SwapAdd)
+	if q.srq != nil {
+		if !q.serving() || !in.srqTaken {
+			return fabric.OutcomeRemoteOp // flushed, or given back at Release
+		}
+		in.srqTaken = false
 	} else {
-		orig = vs[0].AddUint64(0, req.SwapAdd)
+		if !q.serving() || q.rqCons != in.recvIdx {
+			// The QP failed (its receives are being flushed) or the fabric
+			// committed out of order: the WQE is not ours to take.
+			e.log.Debug("receive WQE no longer next", "qpn", q.qpn, "index", in.recvIdx, "rq_cons", q.rqCons)
+			return fabric.OutcomeRemoteOp
+		}
+		e.consumeRecv(q)
 	}
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], orig)
-	off := 0
-	for _, v := range req.Local {
-		off += v.CopyIn(0, b[off:])
-	}
+	e.push(q, q.rcq, in.recvCQE(), in.solicited)
 	return fabric.OutcomeOK
+}
+
+// recvCQE is the successful receive completion of in.
+func (in *incoming) recvCQE() *abi.CQE {
+	cqe := &abi.CQE{WRID: in.wrid, Opcode: abi.WCRecv, ByteLen: uint32(in.len), QPN: in.q.qpn, SrcQP: in.srcQPN}
+	switch in.op {
+	case fabric.OpWriteImm:
+		cqe.Opcode, cqe.Flags, cqe.Imm = abi.WCRecvRDMAWithImm, abi.WCWithImm, in.imm
+	case fabric.OpSendImm:
+		cqe.Flags, cqe.Imm = abi.WCWithImm, in.imm
+	}
+	return cqe
 }

@@ -1,20 +1,17 @@
 package engine
 
 import (
-	"errors"
-
-	"github.com/vstellar/vstellar/emtt"
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/pvdma"
-	"github.com/vstellar/vstellar/virtio/abi"
 )
 
 // The streaming responder (fabric.StreamResponder): a request from another
-// host arrives in packets, so it is taken in steps. Begin checks it and
-// translates its target; Place copies each piece straight into guest
-// memory; Commit makes it take effect (a receive CQE, an atomic); ReadAt
-// serves a READ's response; Release drops the pins.
+// host arrives in packets, so it is taken in the responder's steps
+// (responder.go) one call at a time. Begin checks it and translates its
+// target; Place copies each piece straight into guest memory; Commit makes
+// it take effect (a receive CQE, an atomic); ReadAt serves a READ's
+// response; Release drops the pins.
 //
 // Every step runs with the gate held shared by the caller (TryEnter or
 // Enter; why: docs/architecture.md, "### engine"). Between steps the gate
@@ -27,16 +24,36 @@ import (
 // surplus is left to the garbage collector when released.
 const maxFreeIncomings = 256
 
-// incoming is one streamed request between Begin and Release
-// (fabric.Incoming). Its methods are called from the fabric's loop
-// goroutine only, one at a time, so its own fields need no lock; the
-// links into its QP's open list are guarded by the QP's rmu (or the gate
-// held exclusively).
+// incoming is one request between begin and release: a streamed one
+// (fabric.Incoming), whose methods are called from the fabric's loop
+// goroutine only, one at a time, or a local one, served within one call
+// of respond. Its own fields need no lock; the links into its QP's open
+// list are guarded by the QP's rmu (or the gate held exclusively).
 type incoming struct {
 	e *Engine
 	q *qp
+	// wqe: on a QP with an SRQ the WQE is taken at Begin, and this is its
+	// copy (see srqTaken).
+	wqe []byte
+	// views are the target (the MR range of WRITE*, READ and atomics, the
+	// receive buffers of SEND*), pinned by hold until Release.
+	views []guestmem.View
+	hold  pvdma.Hold
+
+	prev, next *incoming // in q.open, while listed
+
+	// The rest holds no pointer, so that clearing it between requests is
+	// a few stores (putIncoming).
+	inState
+}
+
+// inState is an incoming's own state, cleared whole between requests.
+type inState struct {
 	// gen and qgen are Engine.memGen and qp.gen at Begin.
 	gen, qgen uint64
+	// local: from the in-process fabric, served whole by respond. It is
+	// then its QP's own incoming and holds the QP's rmu (see begin).
+	local bool
 
 	op        fabric.Op
 	len       uint64
@@ -49,17 +66,12 @@ type incoming struct {
 	// WRITE_IMM consumes at Commit.
 	recvIdx uint32
 	wrid    uint64
-	// On a QP with an SRQ the WQE is taken at Begin: wqe is its copy and
-	// srqTaken says this request still owns it (given back at Release
-	// unless committed or flushed). srqTaken is guarded by the QP's rmu
-	// once in is listed: a flush of the QP may take the WQE over.
-	wqe      []byte
+	// srqTaken says the request still owns the WQE it took from the SRQ
+	// (given back at Release unless committed or flushed). It is guarded
+	// by the QP's rmu once in is listed: a flush of the QP may take the
+	// WQE over.
 	srqTaken bool
 
-	// views are the target (the MR range of WRITE*, READ and atomics, the
-	// receive buffers of SEND*), pinned by hold until Release.
-	views []guestmem.View
-	hold  pvdma.Hold
 	// cur caches where the last copy ended, so in-order pieces find
 	// their view at once.
 	cur guestmem.Cursor
@@ -69,9 +81,7 @@ type incoming struct {
 	dead      bool // a Place failed: nothing more may be placed or committed
 	committed bool
 	released  bool
-
-	prev, next *incoming // in q.open, while listed
-	listed     bool
+	listed    bool // in q.open
 }
 
 var _ fabric.Incoming = (*incoming)(nil)
@@ -92,14 +102,20 @@ func (e *Engine) getIncoming() *incoming {
 }
 
 // putIncoming clears in (keeping its grown slices) and returns it to the
-// free list. in holds no pins and is not listed. It stays marked
-// released, so that a stray call on it before it is reused (a caller's
-// bug) is refused rather than touching anything.
+// free list, or, a local request's, to its QP, letting go of the QP's
+// rmu: the next local request may use it from then on. in holds no pins
+// and is not listed. It stays marked released, so that a stray call on
+// it before it is reused (a caller's bug) is refused rather than
+// touching anything.
 func (e *Engine) putIncoming(in *incoming) {
-	views := in.views[:0]
+	q, local := in.q, in.local
 	clear(in.views) // no view of guest memory outlives the request
-	hold, wqe := in.hold, in.wqe
-	*in = incoming{e: e, views: views, hold: hold, wqe: wqe, released: true}
+	in.e, in.q, in.views, in.prev, in.next = e, nil, in.views[:0], nil, nil
+	in.inState = inState{released: true}
+	if local {
+		q.rmu.Unlock()
+		return
+	}
 	e.inMu.Lock()
 	if len(e.inFree) < maxFreeIncomings {
 		e.inFree = append(e.inFree, in)
@@ -107,237 +123,30 @@ func (e *Engine) putIncoming(in *incoming) {
 	e.inMu.Unlock()
 }
 
-// begin implements fabric.StreamResponder.Begin: the checks of respond,
-// without the payload (req.Local is nil; req.Len is the message length).
-// Nothing of a refused request takes effect: a receive WQE that is
-// malformed or too small is not consumed, the QP's state is left alone
-// (the requester learns from the NAK; the responder's guest sees nothing,
-// as when the local fabric refuses before the WQE is taken).
-func (e *Engine) begin(req *fabric.Request) (_ fabric.Incoming, out fabric.Outcome) {
-	if !e.running || e.broken.Load() || e.suspending.Load() {
-		return nil, fabric.OutcomeRetry
+// beginStreamed implements Begin.
+func (e *Engine) beginStreamed(req *fabric.Request) (fabric.Incoming, fabric.Outcome) {
+	var in *incoming
+	var o fabric.Outcome
+	if err := guestmem.Guard(func() error { in, o = e.begin(req, false); return nil }); err != nil {
+		e.log.Error("memory fault while beginning a request", "qpn", req.Dst.QPN, "op", req.Op, "err", err)
+		return nil, fabric.OutcomeRemoteOp
 	}
-	q := e.lookupQP(req.Dst.QPN)
-	if q == nil || !q.recOK || !q.ringsOK || !q.serving() {
-		return nil, fabric.OutcomeUnreachable
+	if in == nil {
+		return nil, o // not a typed nil in the interface
 	}
-	a := q.attr.Load()
-	if a.AH.DGID != req.Src.GID || a.DestQPN != req.Src.QPN {
-		return nil, fabric.OutcomeUnreachable // see respond: one peer only
-	}
-	switch req.Op {
-	case fabric.OpCmpSwap, fabric.OpFetchAdd:
-		if req.Len != 8 {
-			return nil, fabric.OutcomeInvalidRequest
-		}
-	default:
-		if req.Len > maxMessage {
-			return nil, fabric.OutcomeInvalidRequest
-		}
-	}
-	in := e.getIncoming()
-	in.e, in.q, in.gen, in.qgen, in.released = e, q, e.memGen, q.gen, false
-	in.op, in.len, in.srcQPN, in.imm, in.solicited = req.Op, req.Len, req.Src.QPN, req.Imm, req.Solicited
-	in.compare, in.swapAdd = req.Compare, req.SwapAdd
-	// The receive ring and the doorbell record are guest memory.
-	if err := guestmem.Guard(func() error { out = e.prepare(in, q, a, req); return nil }); err != nil {
-		e.log.Error("memory fault while beginning a request", "qpn", q.qpn, "op", req.Op, "err", err)
-		out = fabric.OutcomeRemoteOp
-	}
-	if out != fabric.OutcomeOK {
-		if out == fabric.OutcomeRNR {
-			req.RNRTimer, req.HasRNRTimer = a.MinRNRTimer, true
-		}
-		if in.srqTaken { // refused after the take (the target's key, say)
-			q.srq.giveBack(in.wqe)
-			in.srqTaken = false
-		}
-		in.hold.Release()
-		e.putIncoming(in)
-		return nil, out
-	}
-	q.rmu.Lock()
-	if in.srqTaken && !q.serving() {
-		// The QP went to ERR since the take, and its flush may have
-		// passed (QP_LAST_WQE sent): nothing of the SRQ may complete on
-		// it now, so the WQE goes back rather than into the open list.
-		q.srq.giveBack(in.wqe)
-		q.rmu.Unlock()
+	return in, o
+}
+
+// drop ends an incoming that begin refused (or faulted in): a WQE it took
+// from the SRQ given back, its pins dropped, and back where it came from.
+// It touches no guest memory, so it may run while a fault unwinds.
+func (in *incoming) drop() {
+	if in.srqTaken {
+		in.q.srq.giveBack(in.wqe)
 		in.srqTaken = false
-		in.hold.Release()
-		e.putIncoming(in)
-		return nil, fabric.OutcomeUnreachable
 	}
-	q.link(in)
-	q.rmu.Unlock()
-	return in, fabric.OutcomeOK
-}
-
-// serving reports whether q takes requests: RTR, RTS or SQD.
-func (q *qp) serving() bool {
-	switch q.getState() {
-	case abi.QPStateRTR, abi.QPStateRTS, abi.QPStateSQD:
-		return true
-	}
-	return false
-}
-
-// prepare checks req's access and translates its target into in.
-func (e *Engine) prepare(in *incoming, q *qp, a *abi.QPAttr, req *fabric.Request) fabric.Outcome {
-	switch req.Op {
-	case fabric.OpWrite, fabric.OpWriteImm:
-		if a.AccessFlags&abi.AccessRemoteWrite == 0 {
-			return fabric.OutcomeRemoteAccess
-		}
-		if req.Op == fabric.OpWriteImm {
-			if o := e.beginRecv(q, in, req.RecvAhead, false); o != fabric.OutcomeOK {
-				return o
-			}
-		}
-		if req.Len == 0 {
-			return fabric.OutcomeOK // no key is checked, as on hardware
-		}
-		return e.translateIncoming(in, q, req, abi.AccessRemoteWrite, req.Len)
-	case fabric.OpSend, fabric.OpSendImm:
-		return e.beginRecv(q, in, req.RecvAhead, true)
-	case fabric.OpRead:
-		if a.AccessFlags&abi.AccessRemoteRead == 0 {
-			return fabric.OutcomeRemoteAccess
-		}
-		if req.Len == 0 {
-			return fabric.OutcomeOK
-		}
-		return e.translateIncoming(in, q, req, abi.AccessRemoteRead, req.Len)
-	case fabric.OpCmpSwap, fabric.OpFetchAdd:
-		if a.AccessFlags&abi.AccessRemoteAtomic == 0 {
-			return fabric.OutcomeRemoteAccess
-		}
-		if req.RemoteAddr%8 != 0 {
-			return fabric.OutcomeInvalidRequest
-		}
-		if o := e.translateIncoming(in, q, req, abi.AccessRemoteAtomic, 8); o != fabric.OutcomeOK {
-			return o
-		}
-		if len(in.views) != 1 || !in.views[0].Aligned(0, 8) {
-			return fabric.OutcomeInvalidRequest // see respAtomic
-		}
-		return fabric.OutcomeOK
-	}
-	return fabric.OutcomeInvalidRequest
-}
-
-// translateIncoming translates req's rkey range into in.views, pinned by
-// in.hold (see translateRemote).
-func (e *Engine) translateIncoming(in *incoming, q *qp, req *fabric.Request, need abi.Access, n uint64) fabric.Outcome {
-	if e.cfg.MTT == nil {
-		return fabric.OutcomeRemoteAccess
-	}
-	vs, err := e.cfg.MTT.Translate(in.views[:0], &in.hold, emtt.Key(req.RKey), q.pdn, need, req.RemoteAddr, n)
-	in.views = vs
-	if err != nil {
-		e.log.Debug("remote access refused", "qpn", q.qpn, "op", req.Op, "err", err)
-		if errors.Is(err, emtt.ErrPin) {
-			return fabric.OutcomeRemoteOp
-		}
-		return fabric.OutcomeRemoteAccess
-	}
-	return fabric.OutcomeOK
-}
-
-// beginRecv finds the receive WQE a request will consume: from q's RQ
-// (peekRecv) or its SRQ (takeRecvSRQ).
-func (e *Engine) beginRecv(q *qp, in *incoming, ahead uint32, buffers bool) fabric.Outcome {
-	if q.srq != nil {
-		return e.takeRecvSRQ(q, in, buffers)
-	}
-	return e.peekRecv(q, in, ahead, buffers)
-}
-
-// takeRecvSRQ takes the next WQE of q's SRQ for in (the SRQ serves its
-// QPs in the order their requests begin, so an RQ's "ahead" has no
-// meaning here) and, for a SEND (buffers), translates its SGEs into
-// in.views. Empty: RNR. Unlike a WQE of an RQ, a taken WQE that is
-// malformed, names bad buffers or is too small is not left for the next
-// request (it would fail every QP on the SRQ in turn): it completes in
-// error on q, which goes to ERR, as on the local fabric.
-func (e *Engine) takeRecvSRQ(q *qp, in *incoming, buffers bool) fabric.Outcome {
-	if cap(in.wqe) < int(q.srq.stride) {
-		in.wqe = make([]byte, q.srq.stride)
-	}
-	in.wqe = in.wqe[:q.srq.stride]
-	if o := e.takeFromSRQ(q, in.wqe); o != fabric.OutcomeOK {
-		return o
-	}
-	rw, err := abi.DecodeRecvWQE(in.wqe, q.srq.maxSGE)
-	if err != nil {
-		e.badRecvWQE(q, err)
-		e.failTakenRecv(q, rw.WRID, abi.WCLocQPOpErr, in.srcQPN)
-		return fabric.OutcomeRemoteOp
-	}
-	in.wrid, in.srqTaken = rw.WRID, true
-	if !buffers {
-		return fabric.OutcomeOK
-	}
-	dst, total, st := gatherSGEs(e.cfg.MTT, &in.hold, in.views[:0], in.wqe[abi.RecvWQEHeaderSize:], int(rw.NumSGE), q.pdn, abi.AccessLocalWrite)
-	in.views = dst
-	switch {
-	case st != abi.WCSuccess:
-		in.srqTaken = false
-		e.failTakenRecv(q, rw.WRID, st, in.srcQPN)
-		return fabric.OutcomeRemoteOp
-	case total < in.len:
-		in.srqTaken = false
-		e.failTakenRecv(q, rw.WRID, abi.WCLocLenErr, in.srcQPN)
-		return fabric.OutcomeInvalidRequest
-	}
-	return fabric.OutcomeOK
-}
-
-// failTakenRecv completes a WQE taken from q's SRQ with error status st
-// and moves q to ERR.
-func (e *Engine) failTakenRecv(q *qp, wrid uint64, st abi.WCStatus, srcQPN uint32) {
-	e.push(q, q.rcq, &abi.CQE{WRID: wrid, Status: st, Opcode: abi.WCRecv, QPN: q.qpn, SrcQP: srcQPN}, true)
-	e.qpFailed(q, st)
-}
-
-// peekRecv finds the receive WQE ahead entries past rq_cons without
-// consuming it, records it in in and, for a SEND (buffers), translates its
-// SGEs into in.views. Not posted yet: RNR.
-func (e *Engine) peekRecv(q *qp, in *incoming, ahead uint32, buffers bool) fabric.Outcome {
-	q.rmu.Lock()
-	defer q.rmu.Unlock()
-	avail := q.rec.LoadUint32Acquire(abi.QPDoorbellOffRQProd) - q.rqCons
-	if avail > q.rqSize {
-		// A guest bug; respond would fail the QP for it, but a refused
-		// Begin must change nothing. The requester's QP fails, and the
-		// engine's next local use of the RQ (respond, flush) finds it.
-		e.log.Debug("rq_prod runs past the ring", "qpn", q.qpn, "cons", q.rqCons, "ahead", avail)
-		return fabric.OutcomeRemoteOp
-	}
-	if ahead >= avail {
-		return fabric.OutcomeRNR
-	}
-	idx := q.rqCons + ahead
-	copyEntry(q.rbuf, q.rq, idx, q.rqSize, q.rqStride)
-	rw, err := abi.DecodeRecvWQE(q.rbuf, q.maxRecvSGE)
-	if err != nil {
-		e.st.badWQEs.Add(1)
-		e.log.Debug("bad receive WQE", "qpn", q.qpn, "index", idx, "err", err)
-		return fabric.OutcomeRemoteOp
-	}
-	in.recvIdx, in.wrid = idx, rw.WRID
-	if !buffers {
-		return fabric.OutcomeOK
-	}
-	dst, total, st := gatherSGEs(e.cfg.MTT, &in.hold, in.views[:0], q.rbuf[abi.RecvWQEHeaderSize:], int(rw.NumSGE), q.pdn, abi.AccessLocalWrite)
-	in.views = dst
-	if st != abi.WCSuccess {
-		return fabric.OutcomeRemoteOp
-	}
-	if total < in.len {
-		return fabric.OutcomeInvalidRequest
-	}
-	return fabric.OutcomeOK
+	in.hold.Release()
+	in.e.putIncoming(in)
 }
 
 // live reports whether in's target is still what Begin translated: the
@@ -360,15 +169,7 @@ func (in *incoming) guard(what string, fn func()) bool {
 
 // Place implements fabric.Incoming.
 func (in *incoming) Place(off uint64, b []byte) (ok bool) {
-	e := in.e
-	switch {
-	case in.released || in.dead || in.committed:
-		return false
-	case in.op.HasResponse():
-		in.dead = true // READ and the atomics place nothing
-		return false
-	case off > in.len || uint64(len(b)) > in.len-off || !in.live():
-		in.dead = true
+	if !in.placeable(off, uint64(len(b))) {
 		return false
 	}
 	var n uint64
@@ -376,9 +177,41 @@ func (in *incoming) Place(off uint64, b []byte) (ok bool) {
 		in.dead = true
 		return false
 	}
+	return in.landed(n, uint64(len(b)))
+}
+
+// placeViews places a local request's whole payload from the requester's
+// memory, in one copy. The caller guards guest memory.
+func (in *incoming) placeViews(src []guestmem.View) bool {
+	if !in.placeable(0, in.len) {
+		return false
+	}
+	// begin checked that src holds in.len bytes; the target holds as many
+	// (the rkey range) or more (a receive's buffers).
+	return in.landed(guestmem.CopyViews(in.views, src), in.len)
+}
+
+// placeable checks a piece of n bytes at offset off before it is placed.
+// A refused piece ends the request: nothing more may be placed.
+func (in *incoming) placeable(off, n uint64) bool {
+	switch {
+	case in.released || in.dead || in.committed:
+		return false
+	case in.op.HasResponse(): // READ and the atomics place nothing
+		in.dead = true
+		return false
+	case off > in.len || n > in.len-off || !in.live():
+		in.dead = true
+		return false
+	}
+	return true
+}
+
+// landed counts n bytes of a piece of want placed.
+func (in *incoming) landed(n, want uint64) bool {
 	in.placed += n
-	e.st.bytesReceived.Add(n)
-	if n != uint64(len(b)) {
+	in.e.st.bytesReceived.Add(n)
+	if n != want {
 		in.dead = true
 		return false
 	}
@@ -392,20 +225,26 @@ func (in *incoming) Place(off uint64, b []byte) (ok bool) {
 // a QP still serving. A refusal leaves the receive queue and the word
 // untouched.
 func (in *incoming) Commit() (out fabric.Outcome) {
-	if in.released || in.dead || in.committed || !in.live() {
-		return fabric.OutcomeRemoteOp
-	}
 	if !in.guard("commit", func() { out = in.commit() }) {
 		return fabric.OutcomeRemoteOp
 	}
+	return out
+}
+
+// commit is Commit, inside the caller's guestmem.Guard.
+func (in *incoming) commit() fabric.Outcome {
+	if in.released || in.dead || in.committed || !in.live() {
+		return fabric.OutcomeRemoteOp
+	}
+	out := in.apply()
 	if out == fabric.OutcomeOK {
 		in.committed = true
 	}
 	return out
 }
 
-// commit carries out Commit on guest memory.
-func (in *incoming) commit() fabric.Outcome {
+// apply makes a committed request take effect on guest memory.
+func (in *incoming) apply() fabric.Outcome {
 	e, q := in.e, in.q
 	switch in.op {
 	case fabric.OpWrite, fabric.OpWriteImm, fabric.OpSend, fabric.OpSendImm:
@@ -428,43 +267,6 @@ func (in *incoming) commit() fabric.Outcome {
 		}
 	}
 	return fabric.OutcomeOK
-}
-
-// commitRecv consumes the receive WQE Begin found, which must be at
-// rq_cons by now (or taken from the SRQ and still this request's), with a
-// successful CQE.
-func (e *Engine) commitRecv(in *incoming) fabric.Outcome {
-	q := in.q
-	q.rmu.Lock()
-	defer q.rmu.Unlock()
-	if q.srq != nil {
-		if !q.serving() || !in.srqTaken {
-			return fabric.OutcomeRemoteOp // flushed, or given back at Release
-		}
-		in.srqTaken = false
-		e.push(q, q.rcq, in.recvCQE(), in.solicited)
-		return fabric.OutcomeOK
-	}
-	if !q.serving() || q.rqCons != in.recvIdx {
-		// The QP failed (its receives are being flushed) or the fabric
-		// committed out of order: the WQE is not ours to take.
-		e.log.Debug("receive WQE no longer next", "qpn", q.qpn, "index", in.recvIdx, "rq_cons", q.rqCons)
-		return fabric.OutcomeRemoteOp
-	}
-	e.completeRecv(q, in.recvCQE(), in.srcQPN, in.solicited)
-	return fabric.OutcomeOK
-}
-
-// recvCQE is the successful receive completion of in.
-func (in *incoming) recvCQE() *abi.CQE {
-	cqe := &abi.CQE{WRID: in.wrid, Opcode: abi.WCRecv, ByteLen: uint32(in.len), QPN: in.q.qpn, SrcQP: in.srcQPN}
-	switch in.op {
-	case fabric.OpWriteImm:
-		cqe.Opcode, cqe.Flags, cqe.Imm = abi.WCRecvRDMAWithImm, abi.WCWithImm, in.imm
-	case fabric.OpSendImm:
-		cqe.Flags, cqe.Imm = abi.WCWithImm, in.imm
-	}
-	return cqe
 }
 
 // Value implements fabric.Incoming.
@@ -490,7 +292,12 @@ func (in *incoming) ReadAt(p []byte, off uint64) (ok bool) {
 // READ is left to the garbage collector instead, because its ReadAt stays
 // valid after Release (a response may be resent) and reusing it could
 // hand another request's memory to that resend.
-func (in *incoming) Release() {
+func (in *incoming) Release() { in.release(in.op != fabric.OpRead) }
+
+// release ends in: off its QP's open list, a WQE it still holds given back
+// to the SRQ, its pins dropped, and (recycle) onto the free list. A local
+// request recycles even a READ, whose answer is copied by then.
+func (in *incoming) release(recycle bool) {
 	e := in.e
 	if in.released {
 		return
@@ -506,9 +313,13 @@ func (in *incoming) Release() {
 			in.srqTaken = false
 		}
 		q.rmu.Unlock()
+	} else if in.srqTaken {
+		// A local request, never listed (see begin): the WQE goes back.
+		in.q.srq.giveBack(in.wqe)
+		in.srqTaken = false
 	}
 	in.hold.Release()
-	if in.op != fabric.OpRead {
+	if recycle {
 		e.putIncoming(in)
 	}
 }
