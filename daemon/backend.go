@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/vstellar/vstellar/api"
+	"github.com/vstellar/vstellar/engine"
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/pvdma"
 )
@@ -49,6 +50,9 @@ type Shared struct {
 	// GIDPrefix is the host's GID prefix on the cross-host fabric (the
 	// zero Prefix without one: link-local GIDs).
 	GIDPrefix netip.Prefix
+	// Cores are the data-path threads every device's engine is polled
+	// from (Config.DataCores).
+	Cores *engine.Cores
 }
 
 // DeviceFactory builds the device model and its Backend for spec. spec

@@ -76,6 +76,10 @@ type Config struct {
 	// MetricsListen is the TCP address ("127.0.0.1:9474", ":9474")
 	// that serves Prometheus metrics at /metrics; empty serves none.
 	MetricsListen string `json:"metrics_listen,omitempty"`
+	// DataCores, if set, are the CPUs the data path polls from: one
+	// data-path thread pinned to each, the devices spread over them.
+	// Empty: engine.DefaultDataThreads threads, unpinned.
+	DataCores CPUList `json:"data_cores,omitempty"`
 	// Devices are created when Run starts.
 	Devices []api.DeviceSpec `json:"devices"`
 
@@ -264,6 +268,9 @@ func (c Config) validateFields() error {
 			return confcheck.UnderPath("metrics_listen", err)
 		}
 	}
+	if err := c.DataCores.validate(); err != nil {
+		return confcheck.UnderPath("data_cores", err)
+	}
 	return c.validateDevices()
 }
 
@@ -370,4 +377,85 @@ func checkTCPAddr(addr string) error {
 		return fmt.Errorf("%q: port %q: want 1..65535", addr, port)
 	}
 	return nil
+}
+
+// CPUList is a set of CPUs written as Linux writes CPU lists ("2-5,8",
+// as in /sys/devices/system/cpu/online or taskset -c), in JSON as such a
+// string. It implements flag.Value.
+type CPUList []int
+
+// maxCPU bounds CPU numbers (the kernel's CONFIG_NR_CPUS at most).
+const maxCPU = 8191
+
+// String writes the list with ranges, in the order given.
+func (l CPUList) String() string {
+	var b strings.Builder
+	for i := 0; i < len(l); {
+		j := i
+		for j+1 < len(l) && l[j+1] == l[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if j > i {
+			fmt.Fprintf(&b, "%d-%d", l[i], l[j])
+		} else {
+			fmt.Fprintf(&b, "%d", l[i])
+		}
+		i = j + 1
+	}
+	return b.String()
+}
+
+// Set parses a CPU list: comma-separated CPUs and ranges ("2-5,8").
+func (l *CPUList) Set(s string) error {
+	var out CPUList
+	for part := range strings.SplitSeq(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := a, error(nil)
+		if isRange {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || a < 0 || b < a || b > maxCPU {
+			return fmt.Errorf("%w: %q is not a CPU list like 2-5,8 (CPUs 0..%d, ranges low-high)", api.ErrInvalid, s, maxCPU)
+		}
+		for cpu := a; cpu <= b; cpu++ {
+			out = append(out, cpu)
+		}
+	}
+	if err := out.validate(); err != nil {
+		return err
+	}
+	*l = out
+	return nil
+}
+
+// validate refuses a CPU listed twice: two threads pinned to one CPU
+// would take turns on it.
+func (l CPUList) validate() error {
+	seen := make(map[int]bool, len(l))
+	for _, cpu := range l {
+		if cpu < 0 || cpu > maxCPU {
+			return fmt.Errorf("%w: CPU %d is out of range (0..%d)", api.ErrInvalid, cpu, maxCPU)
+		}
+		if seen[cpu] {
+			return fmt.Errorf("%w: CPU %d is listed twice", api.ErrInvalid, cpu)
+		}
+		seen[cpu] = true
+	}
+	return nil
+}
+
+// MarshalJSON writes the list as a string.
+func (l CPUList) MarshalJSON() ([]byte, error) { return json.Marshal(l.String()) }
+
+// UnmarshalJSON accepts only a CPU list string.
+func (l *CPUList) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a CPU list string such as \"2-5\", got %s", b)
+	}
+	return l.Set(s)
 }

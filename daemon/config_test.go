@@ -174,6 +174,18 @@ func TestNewRequiresFactory(t *testing.T) {
 	}
 }
 
+// TestNewRefusesForeignDataCores: a data core the process may not run on
+// is the operator's error, named by its key.
+func TestNewRefusesForeignDataCores(t *testing.T) {
+	cfg := daemon.DefaultConfig()
+	cfg.Factory = daemon.StellarDevice
+	cfg.DataCores = daemon.CPUList{8000}
+	_, err := daemon.New(cfg, nil)
+	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "data_cores: CPU 8000 is not one this process may run on") {
+		t.Fatalf("New with data core 8000: %v", err)
+	}
+}
+
 // TestShippedConfigIsValid: the example config shipped beside the
 // systemd unit (dist/) loads and validates.
 func TestShippedConfigIsValid(t *testing.T) {

@@ -34,6 +34,9 @@ func TestConfigFileErrorsAreOneLocatedLine(t *testing.T) {
 		{"fabric", "{\"fabric\": {\"listen\": \"1.2.3.4:5\", \"mtu\": \"x\"}}", `:1:43: fabric.mtu: want a whole number, got string`},
 		{"budget", "{\"pin_budget_bytes\": 1}", `:1:22: pin_budget_bytes: 1 is below one pinning chunk (2M); 0 means no budget`},
 		{"duplicate", "{\"devices\": [{\"name\": \"a\"}, {\"name\": \"a\"}]}", `:1:38: devices[1].name: "a" is listed twice`},
+		{"data cores", "{\"data_cores\": \"2-\"}", `:1:16: data_cores: "2-" is not a CPU list like 2-5,8`},
+		{"data cores type", "{\"data_cores\": [2, 3]}", `:1:16: data_cores: want a CPU list string such as "2-5", got [2, 3]`},
+		{"data cores twice", "{\"data_cores\": \"1-3,2\"}", `:1:16: data_cores: CPU 2 is listed twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".json")

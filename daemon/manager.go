@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/api"
+	"github.com/vstellar/vstellar/engine"
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/internal/confcheck"
@@ -70,11 +71,16 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 	}
 	cfg.RunDir = filepath.Clean(cfg.RunDir)
 	cfg.Devices = slices.Clone(cfg.Devices)
+	cores, err := engine.NewCores(engine.CoresConfig{CPUs: cfg.DataCores, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", &confcheck.ConfigError{Path: "data_cores", Err: fmt.Errorf("%w: %w", api.ErrInvalid, err), Offset: -1})
+	}
 	return &Manager{
 		cfg:     cfg,
 		log:     log,
 		factory: cfg.Factory,
-		shared:  Shared{Fabric: fabric.NewLocal(), Pins: pvdma.NewPool(cmp.Or(cfg.PinBudget, pvdma.DefaultLimit()), nil)},
+		shared: Shared{Fabric: fabric.NewLocal(), Pins: pvdma.NewPool(cmp.Or(cfg.PinBudget, pvdma.DefaultLimit()), nil),
+			Cores: cores},
 		ready:   make(chan struct{}),
 		devices: make(map[string]*entry),
 	}, nil

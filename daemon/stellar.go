@@ -29,7 +29,7 @@ func StellarDevice(_ context.Context, spec api.DeviceSpec, shared Shared, log *s
 		return Instance{}, err
 	}
 	cfg := stellardev.Config{Name: spec.Name, Limits: limits, Fabric: shared.Fabric, Pins: shared.Pins, PinMode: mode,
-		GIDPrefix: shared.GIDPrefix, Tenant: spec.Tenant}
+		GIDPrefix: shared.GIDPrefix, Tenant: spec.Tenant, Cores: shared.Cores}
 	if spec.Pin != nil {
 		cfg.PinBudget = spec.Pin.Budget
 	}

@@ -51,6 +51,9 @@ type Config struct {
 	// Tenant is the device's tenant on the cross-host fabric: QPs connect
 	// only to QPs of the same tenant.
 	Tenant uint32
+	// Cores are the data-path threads the device's engine is polled
+	// from, shared by a daemon's devices; nil gives it one of its own.
+	Cores *engine.Cores
 }
 
 // maxNameLen keeps the memfd name ("vstellar:" + name + "-doorbells")
@@ -197,6 +200,7 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 		Tenant:    cfg.Tenant,
 		SourceGID: d.sourceGID,
 		Events:    d.postEvent,
+		Cores:     cfg.Cores,
 	})
 	d.o.init(limits, d.gid0)
 	d.publishGIDs()

@@ -46,6 +46,10 @@ type Config struct {
 	// never posts) goes to ERR with a QP_FATAL event, its connection is
 	// closed, and the request completes WR_FLUSH_ERR.
 	QuiesceTimeout time.Duration
+	// Cores are the data-path threads the engine is polled from, shared
+	// by a daemon's devices. Nil gives the engine a thread of its own
+	// that yields between polls (tests, a program with one device).
+	Cores *Cores
 }
 
 // DefaultQuiesceTimeout is Config.QuiesceTimeout's default: longer than
@@ -107,6 +111,9 @@ type Stats struct {
 	// Abandoned counts QPs put in error because a request in flight
 	// outlived Config.QuiesceTimeout.
 	Abandoned uint64
+	// Awake is the time a data-path thread spent polling the engine
+	// (working, or spinning for more before it sleeps).
+	Awake time.Duration
 }
 
 // QPInfo is what an operator sees of a QP: its numbers, state and peer,

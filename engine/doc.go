@@ -6,9 +6,9 @@
 // or Begin and its Incoming for a fabric that streams packets), and
 // writes CQEs into the CQ rings.
 //
-// One goroutine per started engine runs the requester side (stop and
-// wait, one request per QP in flight); responders run on the fabric's
-// goroutine. The control path (package device) changes QPs and CQs only
+// A started engine's requester side (stop and wait, one request per QP
+// in flight) runs on a data-path thread (Cores) that polls it among the
+// engines placed there; responders run on the fabric's goroutine. The control path (package device) changes QPs and CQs only
 // through Engine's methods, which return once the change is in force.
 // A busy answer (fabric.OutcomeBusy) is retried after 20 µs and costs a
 // retry only when it lasts a whole timeout.

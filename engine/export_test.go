@@ -39,3 +39,15 @@ func (e *Engine) BreakCQ(cqn uint32) {
 		c.mu.Unlock()
 	}
 }
+
+// SetCores moves a stopped engine onto c (nil: a thread of its own) from
+// its next Start, as Config.Cores would have: enginetest creates engines
+// without Cores.
+func (e *Engine) SetCores(c *Cores) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c == nil {
+		c = privateCores(e.log)
+	}
+	e.cores = c
+}

@@ -57,10 +57,9 @@ func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.
 		return err
 	}
 	e.running = true
-	e.stopCh = make(chan struct{})
-	e.done = make(chan struct{})
-	// The goroutine's first pass waits for the gate.
-	go e.run(e.stopCh, e.done)
+	// The thread's first pass waits for the gate (its TryRLock fails
+	// until we return).
+	e.thread.Store(e.cores.attach(e))
 	return nil
 }
 
@@ -83,9 +82,8 @@ func (e *Engine) stop() {
 	if !e.running {
 		return
 	}
-	close(e.stopCh)
-	<-e.done
-	e.sleeping.Store(false) // it may have left from its sleep
+	e.cores.detach(e, e.thread.Swap(nil))
+	e.sleeping.Store(false) // it may have left it asleep
 	// Exclusive gate with nothing in flight either way: every responder
 	// still inside has left, and later ones see !running and answer
 	// OutcomeRetry.
@@ -195,14 +193,6 @@ func (e *Engine) reset() {
 	e.gate.Unlock()
 	for _, q := range old {
 		e.release(q)
-	}
-}
-
-// wake implements Wake.
-func (e *Engine) wake() {
-	select {
-	case e.wakeCh <- struct{}{}:
-	default:
 	}
 }
 

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"runtime"
 	"time"
 
 	"github.com/vstellar/vstellar/guestmem"
@@ -21,93 +20,111 @@ const (
 	flushBudget = 64
 )
 
-// run is the engine goroutine. It polls while there is work, spins for
-// spinFor after the last work (yielding the processor between polls), and
-// then sleeps following the doorbell wake-up protocol until Wake, a
-// completion, a retry timer or Stop.
+// The engine's poller is the data-path thread it is placed on (cores.go).
+// The thread polls the engine while there is work, keeps polling for
+// spinFor after the last work, and then runs the engine's half of the
+// doorbell wake-up protocol and stops polling it until Wake, a
+// completion, a retry timer or Stop. These methods are the engine's side
+// of that: each runs on the thread, with the gate taken with TryRLock so
+// that a control change on one engine never blocks the thread's others
+// (a busy gate only means "poll again next round").
 //
 // Only progress counts as work: a WQE fetched, completed or flushed, an
 // error handled. A retry that ends in another RNR NAK or transport retry
 // is not, so a QP retrying for ever (rnr_retry 7 against a peer that
 // never posts a receive) lets the engine sleep on the retry timer instead
-// of spinning; see sleep.
-func (e *Engine) run(stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	lastWork := e.now()
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		// Retry deadlines need no handling here: each pass retries what is
-		// due, and sleep arms its timer for what is not.
-		work, _ := e.safePass()
-		now := e.now()
-		if work {
-			lastWork = now
-			continue
-		}
-		if now-lastWork < int64(spinFor) {
-			runtime.Gosched()
-			continue
-		}
-		e.sleep(stop, timer)
-		// sleep returns only for a reason to expect more work soon (a
-		// kick, a completion, work its scans found) or for Stop.
-		lastWork = e.now()
+// of spinning; see pollAwake.
+
+// pollAwake gives an awake engine one pass. After spinFor without work it
+// falls asleep: it announces EngineIdle, scans once more (a doorbell rung
+// before the driver could see the flag is found here) and, finding
+// nothing, reports asleep with p.deadline set for the earliest retry
+// deadline and the idle poll (SetIdlePoll). Work found by that scan keeps
+// it awake, counted as a wake-up.
+func (e *Engine) pollAwake(p *polled) (work, asleep bool) {
+	if !e.gate.TryRLock() {
+		// A control change holds the gate: poll again next round. Never
+		// fall asleep without the protocol's scan.
+		return false, false
 	}
+	if p.clearIdle {
+		e.storeFlags(0, p.wakeups)
+		p.clearIdle = false
+	}
+	// Retry deadlines need no handling here: each pass retries what is
+	// due, and falling asleep arms the thread's timer for what is not.
+	work, _ = e.passLocked()
+	now := e.now()
+	if work {
+		p.lastWork = now
+	}
+	if work || now-p.lastWork < int64(spinFor) {
+		e.gate.RUnlock()
+		return work, false
+	}
+	e.sleeping.Store(true)
+	e.storeFlags(abi.EngineIdle, 0)
+	// Drop a wake-up left over from while the engine was busy: the scan
+	// below sees whatever it was for, and a kick from now on sets it
+	// again. Without this an idle engine wakes once for nothing.
+	e.wakePending.Store(false)
+	work, deadline := e.passLocked()
+	if work {
+		e.sleeping.Store(false)
+		e.storeFlags(0, e.st.wakeups.Add(1))
+		e.gate.RUnlock()
+		p.lastWork = e.now()
+		return true, false
+	}
+	e.gate.RUnlock()
+	p.polls = 0
+	p.deadline = e.idleDeadline(deadline, 0)
+	e.st.sleeps.Add(1)
+	p.fallAsleep()
+	return false, true
 }
 
-// sleep runs the engine's half of the wake-up protocol: announce
-// EngineIdle, scan once more (a doorbell rung before the driver could see
-// the flag is found here), and only then block, with a timer for the
-// earliest retry deadline and the idle poll (SetIdlePoll). A timer that
-// fires is not a wake-up: the engine rescans with EngineIdle still
+// rescanAsleep is a sleeping engine's own rescan when its deadline (a
+// retry or the idle poll) passes. It is not a wake-up: EngineIdle stays
 // announced (so the protocol holds: a doorbell rung meanwhile is either
-// seen by the scan or kicked) and, finding nothing but more waiting, goes
-// straight back to sleep. It returns, clearing EngineIdle, once a scan
-// finds work, on a kick (Wake, a fabric completion, a control change) or
-// on Stop.
-func (e *Engine) sleep(stop <-chan struct{}, timer *time.Timer) {
-	e.sleeping.Store(true)
-	e.writePage(abi.EngineIdle, 0)
-	// Drop a wake-up left over from while the engine was busy: the scan
-	// below sees whatever it was for, and a kick from now on lands in
-	// the channel again. Without this an idle engine wakes once for
-	// nothing.
-	select {
-	case <-e.wakeCh:
-	default:
+// seen by the scan or kicked) and, finding nothing but more waiting, the
+// engine goes straight back to sleep. Work wakes it.
+func (e *Engine) rescanAsleep(p *polled) {
+	if !e.gate.TryRLock() {
+		return // its deadline stays passed: the thread tries again
 	}
-	for polls := 0; ; polls++ {
-		work, deadline := e.safePass()
-		if work {
-			break
-		}
-		if poll := e.nextIdlePoll(polls); poll != 0 && (deadline == 0 || poll < deadline) {
-			deadline = poll
-		}
-		if deadline != 0 {
-			timer.Reset(time.Duration(max(deadline-e.now(), 0)))
-		}
-		e.st.sleeps.Add(1)
-		fired := false
-		select {
-		case <-stop:
-		case <-e.wakeCh:
-		case <-timer.C:
-			fired = true
-		}
-		if !fired {
-			timer.Stop()
-			break
-		}
+	p.polls++
+	work, deadline := e.passLocked()
+	if work {
+		e.sleeping.Store(false)
+		e.storeFlags(0, e.st.wakeups.Add(1))
+		e.gate.RUnlock()
+		p.wake(e.now())
+		return
 	}
+	e.gate.RUnlock()
+	p.deadline = e.idleDeadline(deadline, p.polls)
+	e.st.sleeps.Add(1)
+}
+
+// leaveIdle wakes a sleeping engine that was kicked (Wake, a fabric
+// completion, a control change). EngineIdle is cleared by its next pass,
+// under the gate, before it scans.
+func (e *Engine) leaveIdle(p *polled) {
 	e.sleeping.Store(false)
-	e.writePage(0, e.st.wakeups.Add(1))
+	p.wakeups = e.st.wakeups.Add(1)
+	p.clearIdle = true
+	p.wake(e.now())
+}
+
+// idleDeadline is when (engine clock, 0: never) a sleeping engine
+// rescans on its own: at the earliest retry deadline or its idle poll
+// after polls rescans for nothing.
+func (e *Engine) idleDeadline(deadline int64, polls int) int64 {
+	if poll := e.nextIdlePoll(polls); poll != 0 && (deadline == 0 || poll < deadline) {
+		return poll
+	}
+	return deadline
 }
 
 // idlePollBackoff bounds the idle-poll back-off: the period doubles with
@@ -126,16 +143,12 @@ func (e *Engine) nextIdlePoll(polls int) int64 {
 	return 0
 }
 
-// writePage stores the device page's engine flags and, if wakeups is not
-// 0, the wakeup counter the driver may read for statistics.
-func (e *Engine) writePage(flags uint32, wakeups uint64) {
-	if e.broken.Load() {
+// storeFlags stores the device page's engine flags and, if wakeups is
+// not 0, the wakeup counter the driver may read for statistics. Caller
+// holds the gate shared.
+func (e *Engine) storeFlags(flags uint32, wakeups uint64) {
+	if e.broken.Load() || !e.running {
 		return // the page may be what faulted
-	}
-	e.gate.RLock()
-	defer e.gate.RUnlock()
-	if !e.running {
-		return
 	}
 	e.guard(func() {
 		e.page.StoreUint32Release(abi.DevPageOffEngineFlags, flags)
@@ -145,10 +158,8 @@ func (e *Engine) writePage(flags uint32, wakeups uint64) {
 	})
 }
 
-// safePass runs one pass over the QPs with the gate held shared.
-func (e *Engine) safePass() (work bool, deadline int64) {
-	e.gate.RLock()
-	defer e.gate.RUnlock()
+// passLocked runs one pass over the QPs. Caller holds the gate shared.
+func (e *Engine) passLocked() (work bool, deadline int64) {
 	if e.broken.Load() || !e.running {
 		return false, 0
 	}

@@ -59,6 +59,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var(&mode, "socket-mode", "permission `mode` of device sockets, octal")
 	fs.Var(&pinBudget, "pin-budget", "`bytes` of guest memory all devices may keep pinned, with K, M, G or T (0: none for root, else RLIMIT_MEMLOCK)")
 	fs.Var(&devices, "device", "create a device `name`d so at start (repeatable)")
+	var dataCores daemon.CPUList
+	fs.Var(&dataCores, "data-cores", "poll the data path from these `CPUs` (a list like 2-5,8), one pinned thread each (default: a quarter of the CPUs, unpinned)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := parse(fs, args, stderr); err != nil {
 		return o, err
@@ -94,6 +96,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			cfg.PinBudget = uint64(pinBudget)
 		case "metrics-listen":
 			cfg.MetricsListen = *metrics
+		case "data-cores":
+			cfg.DataCores = dataCores
 		}
 	})
 	if err != nil {
@@ -231,6 +235,7 @@ func (v *namedValue) Set(s string) error {
 var flagKeys = map[string]string{
 	"run-dir": "run_dir", "log-level": "log_level", "log-format": "log_format", "socket-mode": "socket_mode",
 	"shutdown-timeout": "shutdown_timeout", "pin-budget": "pin_budget_bytes", "metrics-listen": "metrics_listen",
+	"data-cores": "data_cores",
 }
 
 // blameFlag makes an error about a key a flag set name the flag, not the

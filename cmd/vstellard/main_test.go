@@ -47,7 +47,7 @@ func TestParseFlagsOverrideConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	o, err := parseFlags([]string{"--config", path, "--run-dir", "rel", "--log-format", "json",
-		"--device", "a", "--device", "b", "--shutdown-timeout", "3s", "--pin-budget", "10G", "--metrics-listen", ":9474"}, &strings.Builder{})
+		"--device", "a", "--device", "b", "--shutdown-timeout", "3s", "--pin-budget", "10G", "--metrics-listen", ":9474", "--data-cores", "0,2-3"}, &strings.Builder{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +56,9 @@ func TestParseFlagsOverrideConfigFile(t *testing.T) {
 	if c.RunDir != filepath.Join(wd, "rel") || c.LogLevel != "debug" || c.LogFormat != "json" ||
 		c.SocketMode != 0o660 || time.Duration(c.ShutdownTimeout) != 3*time.Second || c.PinBudget != 10<<30 || c.MetricsListen != ":9474" {
 		t.Fatalf("merged config: %+v", c)
+	}
+	if c.DataCores.String() != "0,2-3" || len(c.DataCores) != 3 {
+		t.Fatalf("data cores: %v", c.DataCores)
 	}
 	if len(c.Devices) != 3 || c.Devices[0].Name != "f0" || c.Devices[1].Name != "a" || c.Devices[2].Name != "b" {
 		t.Fatalf("devices: %+v", c.Devices)
@@ -85,6 +88,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"--metrics-listen", "9474"}, "--metrics-listen: "},
 		{[]string{"--metrics-listen", "metrics.example:9474"}, "not an IP address"},
 		{[]string{"--metrics-listen", "127.0.0.1:0"}, "want 1..65535"},
+		{[]string{"--data-cores", "5-2"}, `--data-cores: "5-2" is not a CPU list`},
+		{[]string{"--data-cores", "1,1"}, "--data-cores: CPU 1 is listed twice"},
 	} {
 		_, err := parseFlags(tc.args, &strings.Builder{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
