@@ -109,6 +109,7 @@ func New(src Source) *Collector {
 	model("retries_total", "Requests retried after a transport timeout.", counter, func(s *daemon.DeviceState) float64 { return f(s.Model.Engine.Retries) })
 	model("rnr_naks_total", "Receiver-not-ready NAKs received.", counter, func(s *daemon.DeviceState) float64 { return f(s.Model.Engine.RNRNaks) })
 	model("doorbell_wakeups_total", "Times the device's engine was woken from idle.", counter, func(s *daemon.DeviceState) float64 { return f(s.Model.Engine.Wakeups) })
+	model("data_path_busy_seconds_total", "Time a data-path thread spent polling the device's engine (working, or spinning for more before it sleeps).", counter, func(s *daemon.DeviceState) float64 { return s.Model.Engine.Awake.Seconds() })
 	model("events_dropped_total", "Asynchronous events lost to a full event queue.", counter, func(s *daemon.DeviceState) float64 { return f(s.Model.Control.EventsDropped) })
 	add("vhost_messages_total", "vhost-user messages served.", counter, func(s *daemon.DeviceState) float64 { return f(s.Vhost.Messages) })
 	add("vhost_kicks_total", "Virtqueue kicks received.", counter, func(s *daemon.DeviceState) float64 { return f(s.Vhost.Kicks) })
