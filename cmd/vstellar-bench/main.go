@@ -10,7 +10,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/vstellar/vstellar/internal/netlab"
@@ -67,10 +70,12 @@ type options struct {
 	mem string
 	// count is the devices suite's number of devices (0: its default).
 	count int
+	// procs, if set, runs the suite once per GOMAXPROCS value (procs.go).
+	procs []int
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: vstellar-bench <suite> [--quick] [--json]")
+	fmt.Fprintln(w, "usage: vstellar-bench <suite> [--quick] [--json] [--procs 2,4,8]")
 	fmt.Fprintln(w, "       vstellar-bench report [--quick] [--out docs/benchmarks.md] [--plots docs/plots] [--suites a,b]")
 	for _, s := range suites {
 		fmt.Fprintf(w, "  %-9s %s\n", s.name, s.about)
@@ -87,10 +92,14 @@ func findSuite(name string) *suite {
 	return nil
 }
 
+// profiles are where a run writes its CPU profile and its execution
+// trace (empty: none).
+type profiles struct{ cpu, trace string }
+
 // suiteFlags parses a suite's flags into o; the report command parses
 // the same flags for each suite it runs, so that the command it prints
 // is the one it ran.
-func suiteFlags(s *suite, args []string, stderr io.Writer) (o options, cpuProfile string, err error) {
+func suiteFlags(s *suite, args []string, stderr io.Writer) (o options, prof profiles, err error) {
 	fs := flag.NewFlagSet("vstellar-bench "+s.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.BoolVar(&o.quick, "quick", false, "fewer sizes and iterations (a smoke run)")
@@ -105,16 +114,25 @@ func suiteFlags(s *suite, args []string, stderr io.Writer) (o options, cpuProfil
 		o.count = n
 		return nil
 	})
-	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.Func("procs", "verbs, wire, spray: run the suite at each of these comma-separated GOMAXPROCS values (2,4,8) and print one table", func(v string) error {
+		if !slices.Contains(procsSuites, s.name) {
+			return fmt.Errorf("--procs: not for the %s suite (only %s)", s.name, strings.Join(procsSuites, ", "))
+		}
+		p, err := parseProcs(v)
+		o.procs = p
+		return err
+	})
+	fs.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&prof.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
 	if err := fs.Parse(args); err != nil {
-		return o, "", err
+		return o, profiles{}, err
 	}
 	if fs.NArg() != 0 {
 		err := fmt.Errorf("unexpected arguments %q", fs.Args())
 		fmt.Fprintf(stderr, "vstellar-bench: %v\n", err)
-		return o, "", err
+		return o, profiles{}, err
 	}
-	return o, cpuProfile, nil
+	return o, prof, nil
 }
 
 // startProfile starts a CPU profile into path; stop ends it.
@@ -128,6 +146,19 @@ func startProfile(path string) (stop func(), err error) {
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// startTrace starts an execution trace into path; stop ends it.
+func startTrace(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	return func() { trace.Stop(); f.Close() }, nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -144,14 +175,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	o, cpuProfile, err := suiteFlags(s, args[1:], stderr)
+	o, prof, err := suiteFlags(s, args[1:], stderr)
 	if err != nil {
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if cpuProfile != "" {
-		stopProfile, err := startProfile(cpuProfile)
+	if o.procs != nil {
+		return runProcs(ctx, s, o, o.procs, stdout, stderr)
+	}
+	for _, p := range []struct {
+		path  string
+		start func(string) (func(), error)
+	}{{prof.cpu, startProfile}, {prof.trace, startTrace}} {
+		if p.path == "" {
+			continue
+		}
+		stopProfile, err := p.start(p.path)
 		if err != nil {
 			fmt.Fprintf(stderr, "vstellar-bench: %v\n", err)
 			return 1
