@@ -86,8 +86,13 @@ func TestInlineSendBringsTimerForward(t *testing.T) {
 	e.smu.Lock()
 	armed := e.armed
 	e.smu.Unlock()
-	if limit := before + int64(time.Millisecond); armed > limit {
-		t.Fatalf("loop deadline %v after the send, want within 1 ms (the RTO is 300 µs)", time.Duration(armed-before))
+	// Unless the RTO has already fired and the loop re-armed for the
+	// backed-off one (a loaded machine, as above): then the loop did wake
+	// for the send, which is the point.
+	if st, _ := e.ConnStats(1); st.Timeouts == 0 {
+		if limit := before + int64(time.Millisecond); armed > limit {
+			t.Fatalf("loop deadline %v after the send, want within 1 ms (the RTO is 300 µs)", time.Duration(armed-before))
+		}
 	}
 	// And the loop does wake for it: the RTO fires, long before maxIdle.
 	deadline := time.Now().Add(maxIdle / 2)
