@@ -261,39 +261,7 @@ func TestCoresYieldingGiveEachEngineItsOwn(t *testing.T) {
 // TestIdlePollingEnginesAreCheap, for ten engines on their own threads.
 func TestCoresIdlePollingEnginesAreCheap(t *testing.T) {
 	c := dedicatedCores(t, engine.CoresConfig{Threads: 1})
-	fab := fabric.NewLocal()
-	gs := make([]*enginetest.Guest, 10)
-	for i := range gs {
-		gs[i] = enginetest.NewGuest(t, fab, fmt.Sprintf("poll%d", i), enginetest.Options{RAM: 1 << 20})
-		cq := gs[i].CreateCQ(8)
-		gs[i].CreateQP(pd, cq, cq, enginetest.QPOpts{SQSize: 8, RQSize: 8})
-	}
+	gs := idlePollingGuests(t)
 	moveTo(t, c, gs...)
-	for _, g := range gs {
-		waitIdle(t, g)
-		g.Eng.SetIdlePoll(time.Millisecond)
-	}
-	time.Sleep(10 * time.Millisecond)
-	s0 := make([]engine.Stats, len(gs))
-	for i, g := range gs {
-		s0[i] = g.Eng.Stats()
-	}
-	frac := cpuFraction(t, time.Second)
-	for i, g := range gs {
-		s := g.Eng.Stats()
-		if n := s.Sleeps - s0[i].Sleeps; n < 30 || n > 200 {
-			t.Fatalf("%s polled %d times in 1 s with a 1 ms idle poll backing off to 16 ms", g.Name, n)
-		}
-		if n := s.Wakeups - s0[i].Wakeups; n != 0 || g.EngineFlags()&abi.EngineIdle == 0 {
-			t.Fatalf("%s: %d wake-ups from idle polls that found nothing (flags %#x)", g.Name, n, g.EngineFlags())
-		}
-	}
-	limit := 0.12
-	if raceEnabled {
-		limit = 0.25
-	}
-	if frac > limit {
-		t.Fatalf("10 idle-polling engines on one dedicated thread used %.1f%% of a core", 100*frac)
-	}
-	t.Logf("10 idle-polling engines on one dedicated thread: %.2f%% of a core", 100*frac)
+	checkIdlePolling(t, gs, "10 idle-polling engines on one dedicated thread")
 }
