@@ -253,13 +253,14 @@ func (e *Engine) lockSuspended() {
 }
 
 // openIncoming reports whether a peer's request is between Begin and its
-// Release on any QP.
+// Release on any QP, or a READ's response may still be resent (between
+// Commit and Finish): a resend after the pause would find the memory gone.
 func (e *Engine) openIncoming() bool {
 	for _, q := range *e.live.Load() {
 		q.rmu.Lock()
 		open := q.open != nil
 		q.rmu.Unlock()
-		if open {
+		if open || q.responses.Load() > 0 {
 			return true
 		}
 	}

@@ -82,6 +82,9 @@ type qp struct {
 	// released (rmu, or the gate held exclusively), so that a reset or
 	// destroy can drop their pins.
 	open *incoming
+	// responses counts the committed READs of peers whose response may
+	// still be resent (stream.go, Finish).
+	responses atomic.Int32
 
 	// gen is bumped, with the gate held exclusively, when the QP is reset
 	// or destroyed: its streamed requests check it (stream.go).

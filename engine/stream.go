@@ -80,8 +80,11 @@ type inState struct {
 	value     uint64
 	dead      bool // a Place failed: nothing more may be placed or committed
 	committed bool
-	released  bool
-	listed    bool // in q.open
+	// responding: a committed READ whose response the requester may
+	// still need (until Finish), counted in its QP's responses.
+	responding bool
+	released   bool
+	listed     bool // in q.open
 }
 
 var _ fabric.Incoming = (*incoming)(nil)
@@ -239,6 +242,11 @@ func (in *incoming) commit() fabric.Outcome {
 	out := in.apply()
 	if out == fabric.OutcomeOK {
 		in.committed = true
+		if in.op == fabric.OpRead && !in.local {
+			// Its response may be resent until Finish; Stop waits.
+			in.responding = true
+			in.q.responses.Add(1)
+		}
 	}
 	return out
 }
@@ -273,7 +281,7 @@ func (in *incoming) apply() fabric.Outcome {
 func (in *incoming) Value() uint64 { return in.value }
 
 // ReadAt implements fabric.Incoming: valid for a committed READ, also
-// after Release, until the memory or the QP goes away.
+// after Release, until Finish or until the memory or the QP goes away.
 func (in *incoming) ReadAt(p []byte, off uint64) (ok bool) {
 	e := in.e
 	if in.op != fabric.OpRead || !in.committed || off > in.len || uint64(len(p)) > in.len-off || !in.live() {
@@ -287,12 +295,23 @@ func (in *incoming) ReadAt(p []byte, off uint64) (ok bool) {
 	return n == uint64(len(p))
 }
 
-// Release implements fabric.Incoming. Everything but a READ goes back to
-// the engine's free list, so a later call on it is the caller's bug; a
-// READ is left to the garbage collector instead, because its ReadAt stays
-// valid after Release (a response may be resent) and reusing it could
-// hand another request's memory to that resend.
-func (in *incoming) Release() { in.release(in.op != fabric.OpRead) }
+// Release implements fabric.Incoming. The Incoming goes back to the
+// engine's free list, so a later call on it is the caller's bug; a
+// committed READ goes there at Finish instead, because its ReadAt stays
+// valid until then.
+func (in *incoming) Release() { in.release(!in.responding) }
+
+// Finish implements fabric.Incoming.
+func (in *incoming) Finish() {
+	if !in.responding {
+		return
+	}
+	in.responding = false
+	in.q.responses.Add(-1)
+	if in.released {
+		in.e.putIncoming(in)
+	}
+}
 
 // release ends in: off its QP's open list, a WQE it still holds given back
 // to the SRQ, its pins dropped, and (recycle) onto the free list. A local

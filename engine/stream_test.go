@@ -325,6 +325,9 @@ func (x enteredIncoming) ReadAt(p []byte, off uint64) (ok bool) {
 
 func (x enteredIncoming) Release() { inside(x.r, x.in.Release) }
 
+// Finish is called by the transport outside the data path.
+func (x enteredIncoming) Finish() { x.in.Finish() }
+
 // inside runs fn in r's data path.
 func inside(r fabric.StreamResponder, fn func()) {
 	r.Enter()
@@ -1166,5 +1169,73 @@ func TestStopLetsPeerRequestsFinish(t *testing.T) {
 	wr.Release()
 	if resp, err := b.Eng.QueryQP(qb.QPN); err != nil || resp.Attr.State != abi.QPStateRTS || b.Eng.Stats().Abandoned != 0 {
 		t.Fatalf("our QP after a cut peer request: %+v, %v", resp.Attr, err)
+	}
+}
+
+// TestStopWaitsForReadResponses: a READ's response is read from guest
+// memory when it is sent and again when it is resent, until the requester
+// has committed it (Finish). Stop, pausing the VM, waits for that too:
+// otherwise a resend after the pause finds the memory gone and the
+// peer's READ fails (REMOTE_OP) for a pause of ours.
+func TestStopWaitsForReadResponses(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	f := newStreamFabric(t)
+	a := enginetest.NewGuest(t, f, "a", enginetest.Options{Tenant: 7})
+	b := enginetest.NewGuest(t, f, "b", enginetest.Options{Tenant: 7, QuiesceTimeout: timeout})
+	ca, cb := a.CreateCQ(16), b.CreateCQ(16)
+	qa, qb := a.CreateQP(pd, ca, ca, enginetest.QPOpts{}), b.CreateQP(pd, cb, cb, enginetest.QPOpts{})
+	enginetest.Connect(qa, qb, enginetest.DefaultConn)
+	src := b.NewBuf(pd, abi.AccessAll, 8192)
+	copy(src.Bytes(), bytes.Repeat([]byte{0x3c}, 8192))
+	read := func() fabric.Incoming {
+		t.Helper()
+		in, o := entered(b.Eng).Begin(&fabric.Request{Op: fabric.OpRead, Len: 8192, RKey: src.Key, RemoteAddr: src.GPA,
+			Src: fabric.Addr{GID: a.GID, QPN: qa.QPN}, Dst: fabric.Addr{GID: b.GID, QPN: qb.QPN}})
+		if o != fabric.OutcomeOK || in.Commit() != fabric.OutcomeOK {
+			t.Fatalf("READ: %v", o)
+		}
+		in.Release() // as the cross-host fabric does, before the response goes
+		return in
+	}
+	stop := func() chan time.Duration {
+		stopped := make(chan time.Duration, 1)
+		go func(start time.Time) { b.Eng.Stop(); stopped <- time.Since(start) }(time.Now())
+		return stopped
+	}
+	resend := func(in fabric.Incoming) bool {
+		p := make([]byte, 4096)
+		return in.ReadAt(p, 4096) && bytes.Equal(p, bytes.Repeat([]byte{0x3c}, 4096))
+	}
+
+	in := read()
+	stopped := stop()
+	select {
+	case d := <-stopped:
+		t.Fatalf("Stop returned after %v with a READ response not yet committed by the requester", d)
+	case <-time.After(timeout / 3):
+	}
+	if !resend(in) {
+		t.Fatal("the READ's response could not be resent while stopping")
+	}
+	in.Finish()
+	if d := <-stopped; d >= timeout {
+		t.Fatalf("Stop took %v, the quiesce timeout, though the response was finished", d)
+	}
+
+	// A response the requester never takes (its host gone) holds Stop
+	// for the quiesce timeout only; after that it is not resent.
+	if err := b.Eng.Start(b.Mem, b.DB.View(), b.Layout); err != nil {
+		t.Fatal(err)
+	}
+	in = read()
+	if d := <-stop(); d < timeout || d > timeout+time.Second {
+		t.Fatalf("Stop took %v with a READ response never finished, want about %v", d, timeout)
+	}
+	if resend(in) {
+		t.Fatal("a READ response cut by Stop was read again")
+	}
+	in.Finish()
+	if resp, err := b.Eng.QueryQP(qb.QPN); err != nil || resp.Attr.State != abi.QPStateRTS || b.Eng.Stats().Abandoned != 0 {
+		t.Fatalf("our QP after a cut READ response: %+v, %v", resp.Attr, err)
 	}
 }

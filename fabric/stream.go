@@ -58,10 +58,15 @@ type Incoming interface {
 	// responder's memory at offset off of the read. false: that memory
 	// went away, and the response must not be sent.
 	ReadAt(p []byte, off uint64) bool
-	// Release ends the request, committed or not, and drops its pins. A
-	// READ's ReadAt stays valid after it (a response may be resent long
-	// after the commit) but no longer holds pins.
+	// Release ends the request, committed or not. A committed READ's
+	// ReadAt stays valid after it, until Finish: its response may be
+	// resent long after the commit.
 	Release()
+	// Finish says that a committed READ's response is needed no more:
+	// the requester has all of it, or the connection ended. Called once
+	// per committed READ, after Release; a responder pausing its device
+	// waits for it (a resend must find the memory the first send read).
+	Finish()
 }
 
 // Connector is implemented by fabrics that keep state per connected QP,

@@ -79,6 +79,14 @@ func TestFaultInjection(t *testing.T) {
 						t.Errorf("side %d: %d unparsable, %d dropped (first: %v)", i, s.ep.badWire, s.ep.dropped, s.ep.firstDrop)
 					}
 				}
+				// Every READ response's source hears it is done: once
+				// the requester committed it, or at the close.
+				for i, s := range []*side{a, b} {
+					s.ep.c.Close()
+					if s.sink.finishes != s.sink.responses {
+						t.Errorf("side %d: %d READ responses, %d finished", i, s.sink.responses, s.sink.finishes)
+					}
+				}
 				st := a.ep.c.Stats()
 				t.Logf("a: %+v; link a→b %+v; first drop %v", st, sim.Stats(0), a.ep.firstDrop)
 			})

@@ -73,6 +73,12 @@ type gatedSource struct {
 	src transport.Source
 }
 
+func (s gatedSource) Finish() {
+	if f, ok := s.src.(transport.Finisher); ok {
+		f.Finish()
+	}
+}
+
 func (s gatedSource) ReadAt(p []byte, off uint64) bool {
 	s.g.check("a response's ReadAt")
 	return s.src.ReadAt(p, off)

@@ -69,6 +69,22 @@ type bytesSrc []byte
 
 func (b bytesSrc) ReadAt(p []byte, off uint64) bool { copy(p, b[off:]); return true }
 
+// response is a READ's response source that checks the Finisher
+// contract: Finish once, after the commit that gave it.
+type response struct {
+	bytesSrc
+	s        *sink
+	finished bool
+}
+
+func (r *response) Finish() {
+	if r.finished {
+		r.s.errorf("a READ response finished twice")
+	}
+	r.finished = true
+	r.s.finishes++
+}
+
 // sink is the receiving side's device: it checks every placement and
 // commit against what the sender posted.
 type sink struct {
@@ -83,6 +99,9 @@ type sink struct {
 	failed     bool   // a check failed (reported once)
 	ro         []byte // the read-only region
 	ctr        uint64 // the atomic counter
+	// responses and finishes count the READ responses given and those
+	// the connection said it needs no more (transport.Finisher).
+	responses, finishes int
 	// revoke, if set, says a message's target went away (Place fails).
 	revoke func(m *transport.Inbound) bool
 	// refuse, if set, refuses a message at its commit.
@@ -171,7 +190,8 @@ func (s *sink) Commit(m *transport.Inbound) wire.NAK {
 	switch m.Op {
 	case wire.OpReadReq:
 		off := m.RAddr - roBase
-		m.Response = bytesSrc(s.ro[off : off+uint64(m.Len)])
+		m.Response = &response{bytesSrc: s.ro[off : off+uint64(m.Len)], s: s}
+		s.responses++
 		return wire.NAKNone
 	case wire.OpFetchAdd:
 		m.Result = s.ctr

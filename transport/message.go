@@ -16,6 +16,14 @@ type Source interface {
 	ReadAt(p []byte, off uint64) bool
 }
 
+// Finisher is implemented by a Source that holds something for a
+// response (a READ's responder keeps the memory it reads from): the
+// connection calls Finish once per response it was given, when the peer
+// has committed all of it or the connection ended.
+type Finisher interface {
+	Finish()
+}
+
 // Placer is where a READ's response lands (the requester's guest
 // memory): WriteAt puts p at offset off of the read, in any order, at
 // most once per byte. false means the memory is gone: the connection

@@ -480,12 +480,21 @@ func (s *sender) completeCommitted(c *Conn, now int64, committed uint32) {
 			s.respAt = now + s.rto
 			break
 		}
-		if !m.internal {
+		if m.internal {
+			finish(m.Src)
+		} else {
 			c.complete(m, StatusOK)
 		}
 		s.msnUna++
 	}
 	s.postPending()
+}
+
+// finish tells a response's source that it is needed no more.
+func finish(src Source) {
+	if f, ok := src.(Finisher); ok {
+		f.Finish()
+	}
 }
 
 // markAcked marks psn acknowledged, if it was not, and adds it to the
@@ -793,11 +802,16 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 // rest flushed.
 func (s *sender) flush(c *Conn, st Status) {
 	for s.msnUna != s.msnNxt {
-		if m := s.msg(s.msnUna); !m.internal {
+		if m := s.msg(s.msnUna); m.internal {
+			finish(m.Src)
+		} else {
 			c.complete(m, st)
 			st = StatusFlushed
 		}
 		s.msnUna++
+	}
+	for _, r := range s.pending {
+		finish(r.src)
 	}
 	s.pending = nil
 	s.rtoAt, s.rackAt, s.rnrAt, s.respAt, s.pace.at = 0, 0, 0, 0, 0

@@ -39,6 +39,7 @@ type dev struct {
 	cqes  []cqe
 
 	begins, open, released, badRelease, responds int
+	finished                                     int // READs told their response is done
 	maxAhead                                     uint32
 	acceptedAhead                                int // Begins accepted with RecvAhead > 0
 
@@ -185,6 +186,7 @@ type incoming struct {
 	value     uint64
 	committed bool
 	released  bool
+	finished  bool
 }
 
 func (in *incoming) Place(off uint64, b []byte) bool {
@@ -253,6 +255,17 @@ func (in *incoming) ReadAt(p []byte, off uint64) bool {
 	}
 	copy(p, in.target[off:])
 	return true
+}
+
+// Finish checks the contract: once per committed READ, after Release.
+func (in *incoming) Finish() {
+	in.d.mu.Lock()
+	defer in.d.mu.Unlock()
+	if in.req.Op != fabric.OpRead || !in.committed || !in.released || in.finished {
+		in.d.t.Errorf("Finish of %v (committed %v, released %v, finished %v)", in.req.Op, in.committed, in.released, in.finished)
+	}
+	in.finished = true
+	in.d.finished++
 }
 
 func (in *incoming) Release() {

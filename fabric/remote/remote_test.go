@@ -111,6 +111,13 @@ func TestCrossHostOps(t *testing.T) {
 	if r := w.next(t, 10*time.Second); r.o != fabric.OutcomeOK || !bytes.Equal(rp, want) {
 		t.Fatalf("READ: %v, bytes equal %v", r.o, bytes.Equal(rp, want))
 	}
+	// The responder hears that the response is done once the requester
+	// has committed it (its next ACK).
+	wait.For(t, "the READ's Finish", func() bool {
+		b.dev.mu.Lock()
+		defer b.dev.mu.Unlock()
+		return b.dev.finished == 1
+	})
 
 	// Atomics on the word at 512 (1000): FETCH_ADD 5, CMP_SWAP 1005->7,
 	// CMP_SWAP 1->9 (fails).
