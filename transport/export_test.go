@@ -11,3 +11,7 @@ func ArrivedFirst(c *Conn, f func(psn uint32, firstTS int64)) {
 		}
 	}
 }
+
+// RTT returns c's smoothed RTT and its current retransmission timeout
+// (ns).
+func RTT(c *Conn) (srtt, rto int64) { return c.tx.srtt, c.tx.rto }

@@ -29,6 +29,11 @@ func FuzzConnHandle(f *testing.F) {
 	f.Add(busy, uint32(1))
 	dup := wire.AppendAck(nil, &wire.Header{Tenant: 7, Conn: 2, Token: 0xbbbb, Flags: wire.FlagDup}, &wire.Ack{Cum: 2, EchoTS: 1, MSN: 1, DupPSN: 1})
 	f.Add(dup, uint32(1))
+	// An ACK 500 ms late echoing a timestamp: the harness handles it
+	// before any traffic, so it echoes one never sent and is no RTT
+	// sample (a replay after traffic is TestReplayedAckInflatesNoRTT's).
+	late := wire.AppendAck(nil, &wire.Header{Tenant: 7, Conn: 2, Token: 0xbbbb, Path: 3}, &wire.Ack{EchoTS: 1})
+	f.Add(late, uint32(500e6))
 	// A forged empty SEND at the stream's next position: a peer holding
 	// the token may send it, so it commits (found by a 600 s run).
 	forged := wire.AppendData(nil, &wire.Header{Tenant: 7, Conn: 1, Token: 0xaaaa}, &wire.Data{Op: wire.OpSend, SSN: 0x30303030}, nil)

@@ -45,3 +45,35 @@ func (e *rttEstimator) rtoFor(cfg *Config) int64 {
 func (e *rttEstimator) backOff(maxRTO int64) {
 	e.rto = min(2*e.rto, maxRTO)
 }
+
+// echoPaths is how many paths an echoFilter tells apart: as many as a
+// selector sprays over (pathsel.MaxPaths). Higher paths share a slot
+// (path % echoPaths), which can only drop a sample, never admit one.
+const echoPaths = 256
+
+// echoFilter decides which echoed timestamps are RTT samples. An ACK
+// echoes the timestamp of the DATA packet that triggered it, so an old
+// ACK replayed later (docs/wire.md, section 9) would measure its age.
+// Sprayed paths legitimately deliver ACKs out of echo order, but one
+// path delivers them in order, so the filter keeps per path the newest
+// echo it admitted.
+//
+// Invariant: newest[i] only grows, and admit takes an echo only if it
+// is newer than newest[path%echoPaths] and no later than the last
+// timestamp the sender sent (a later one, forged, would block the
+// path's samples); so each transmission gives at most one sample, and
+// a replayed ACK none.
+type echoFilter struct {
+	newest [echoPaths]int64
+}
+
+// admit reports whether echo, on an ACK for path, is a sample; lastTS is
+// the last timestamp sent.
+func (f *echoFilter) admit(path uint16, echo, lastTS int64) bool {
+	n := &f.newest[path%echoPaths]
+	if echo <= *n || echo > lastTS {
+		return false
+	}
+	*n = echo
+	return true
+}

@@ -103,6 +103,7 @@ type sender struct {
 	rackSentAt int64 // latest send time of an acknowledged packet
 	lastTS     int64 // the last timestamp sent: each packet's is unique
 	echo       int64 // the timestamp the ACK being handled echoes
+	echoes     echoFilter
 	ro         reorder
 	rackAt     int64 // 0: no reordering deadline
 	rnrAt      int64 // 0: no RNR wait
@@ -382,17 +383,22 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 	c.st.AcksReceived++
 	var rtt int64
 	s.echo = 0
-	if p.Ack.EchoTS > 0 && p.Ack.EchoTS <= now {
-		rtt = now - p.Ack.EchoTS
-		s.echo = p.Ack.EchoTS
-		s.sampleRTT(rtt)
-		if s.retries == 0 {
-			// RFC 6298 (2.3): the RTO follows every measurement, not
-			// only those of an ACK that makes progress; a backed-off RTO
-			// stays until progress.
-			s.rto = s.rtoValue()
+	if e := a.EchoTS; e > 0 && e <= now {
+		// The echo names one transmission of ours however late it comes
+		// (checkSpurious), but measures an RTT only if it is fresh on its
+		// path: a replayed ACK inflates no estimate, the CC's included.
+		s.echo = e
+		if s.echoes.admit(p.Path, e, s.lastTS) {
+			rtt = now - e
+			s.sampleRTT(rtt)
+			if s.retries == 0 {
+				// RFC 6298 (2.3): the RTO follows every measurement, not
+				// only those of an ACK that makes progress; a backed-off
+				// RTO stays until progress.
+				s.rto = s.rtoValue()
+			}
+			c.cfg.Path.OnAck(now, p.Path, rtt)
 		}
-		c.cfg.Path.OnAck(now, p.Path, rtt)
 	}
 	s.ackRun = ackRun{rttPath: p.Path, rtt: rtt}
 	for psn := s.una; wire.SeqLess(psn, a.Cum); psn++ {
