@@ -50,101 +50,114 @@ const (
 	busyHoldNak  = int64(time.Millisecond)
 )
 
-// busyNak handles a BUSY NAK about message m (outstanding).
-func (s *sender) busyNak(c *Conn, now int64, a *wire.Ack, m *outMsg) {
-	if a.EchoTS != 0 && a.EchoTS <= s.busyEndTS {
+// busyState is what recovery knows of the peer being busy (BUSY NAKs).
+type busyState struct {
+	// busy: every unacknowledged packet waits (pktBusyWait) and one, the
+	// oldest, goes as a probe at probeAt (0: none due), backoff after
+	// the BUSY NAK that scheduled it.
+	busy             bool
+	probeAt, backoff int64
+	// busySince: when the busy spell not yet charged as a retry began
+	// (0: the peer is not busy); progress ends the spell.
+	busySince int64
+	// busyEndTS: the last timestamp sent before the peer was last found
+	// free; a BUSY NAK about an older transmission is stale.
+	busyEndTS int64
+	// busyLast: when the last (not stale) BUSY NAK came.
+	busyLast int64
+}
+
+// busyNak handles a BUSY NAK about an outstanding message; held: the
+// peer has committed it, and holds back its response.
+func (r *recovery) busyNak(c *Conn, w *sendWindow, now int64, a *wire.Ack, held bool) {
+	if a.EchoTS != 0 && a.EchoTS <= r.busyEndTS {
 		return // about a packet sent before the peer was last free: it went again since
 	}
-	if s.busySince == 0 || now-s.busyLast >= dur(c.cfg.BusyTimeout) {
+	if r.busySince == 0 || now-r.busyLast >= dur(c.cfg.BusyTimeout) {
 		// A new spell (a spell whose NAKs stopped long ago, without
 		// progress, is over too).
-		s.busySince, s.backoff = now, busyBackoffMin
-	} else if now-s.busySince >= dur(c.cfg.BusyTimeout) {
+		r.busySince, r.backoff = now, busyBackoffMin
+	} else if now-r.busySince >= dur(c.cfg.BusyTimeout) {
 		// Busy for a whole BusyTimeout: that is one retry.
-		s.busySince = now
-		s.retries++
-		if s.retries > c.cfg.RetryLimit {
+		r.busySince = now
+		r.retries++
+		if r.retries > c.cfg.RetryLimit {
 			c.fail(StatusRetryExceeded)
 			return
 		}
 	}
-	s.busyLast = now
-	if wire.SeqLess(m.msn, s.peerCommitted) {
-		return // committed: its response is held back, nothing of ours to send again
+	r.busyLast = now
+	if held {
+		return // nothing of ours to send again
 	}
-	s.busy = true
-	for psn := s.una; psn != s.nxt; psn++ {
-		switch p := s.pkt(psn); p.state {
-		case pktInFlight:
-			s.inFlight--
-			p.state = pktBusyWait
-		case pktLost:
-			s.lost--
-			p.state = pktBusyWait
+	r.busy = true
+	for psn := w.una; psn != w.nxt; psn++ {
+		if p := w.pkt(psn); p.state == pktInFlight || p.state == pktLost {
+			w.set(p, pktBusyWait)
 		}
 	}
 	// Nothing in flight: the probe arms the RTO afresh.
-	s.rtoAt = 0
-	if s.probeAt == 0 {
-		s.probeAt = now + s.backoff
-		s.backoff = min(2*s.backoff, busyBackoffMax)
+	r.rtoAt = 0
+	if r.probeAt == 0 {
+		r.probeAt = now + r.backoff
+		r.backoff = min(2*r.backoff, busyBackoffMax)
 	}
 }
 
 // probe queues the oldest waiting packet to go again; with none waiting
 // (all acknowledged, or waiting for an RNR timer) busy mode ends, and
 // what is sent next probes.
-func (s *sender) probe() {
-	for psn := s.una; psn != s.nxt; psn++ {
-		if p := s.pkt(psn); p.state == pktBusyWait {
-			p.state, p.lostBy = pktLost, lostByBusy
-			s.lost++
+func (r *recovery) probe(w *sendWindow) {
+	for psn := w.una; psn != w.nxt; psn++ {
+		if p := w.pkt(psn); p.state == pktBusyWait {
+			p.lostBy = lostByBusy
+			w.set(p, pktLost)
 			return
 		}
 	}
-	s.endBusyMode(lostByBusy)
+	r.endBusyMode(w, lostByBusy)
 }
 
 // probeLost sends the probe in flight again at once: it, or the BUSY
 // NAK answering it, was lost, and the peer said it is busy recently.
 // Neither a timeout nor a congestion signal: probes are one packet each.
-func (s *sender) probeLost() {
-	for psn := s.una; psn != s.nxt; psn++ {
-		if p := s.pkt(psn); p.state == pktInFlight {
-			s.inFlight--
-			p.state = pktBusyWait
+func (r *recovery) probeLost(w *sendWindow) {
+	for psn := w.una; psn != w.nxt; psn++ {
+		if p := w.pkt(psn); p.state == pktInFlight {
+			w.set(p, pktBusyWait)
 		}
 	}
-	s.probeAt = 0
-	s.probe()
+	r.probeAt = 0
+	r.probe(w)
 }
 
 // peerFree ends the busy spell: the peer took something, or a response
-// it held back arrived. BUSY NAKs about what was sent before are stale.
-func (s *sender) peerFree() {
-	if s.busySince == 0 && !s.busy {
+// it held back arrived. BUSY NAKs about what was sent before (up to
+// lastTS, the last timestamp sent) are stale.
+func (r *recovery) peerFree(w *sendWindow, lastTS int64) {
+	if r.busySince == 0 && !r.busy {
 		return
 	}
-	s.busySince, s.busyEndTS = 0, s.lastTS
-	s.endBusyMode(lostByBusy)
+	r.busySince, r.busyEndTS = 0, lastTS
+	r.endBusyMode(w, lostByBusy)
 }
 
 // endBusyMode sends every waiting packet again (declared lost by why).
-func (s *sender) endBusyMode(why uint8) {
-	if !s.busy {
+func (r *recovery) endBusyMode(w *sendWindow, why uint8) {
+	if !r.busy {
 		return
 	}
-	s.busy, s.probeAt = false, 0
-	for psn := s.una; psn != s.nxt; psn++ {
-		if p := s.pkt(psn); p.state == pktBusyWait {
-			p.state, p.lostBy = pktLost, why
-			s.lost++
+	r.busy, r.probeAt = false, 0
+	for psn := w.una; psn != w.nxt; psn++ {
+		if p := w.pkt(psn); p.state == pktBusyWait {
+			p.lostBy = why
+			w.set(p, pktLost)
 		}
 	}
 }
 
 // heldResponse reports whether the peer said, within busyHoldWait of
 // now, that it is busy: waiting for a response is then no timeout.
-func (s *sender) heldResponse(now int64) bool {
-	return s.busySince != 0 && now-s.busyLast < busyHoldWait
+func (r *recovery) heldResponse(now int64) bool {
+	return r.busySince != 0 && now-r.busyLast < busyHoldWait
 }

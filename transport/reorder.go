@@ -134,35 +134,35 @@ type reorder struct {
 }
 
 // memory is the span of the windowed maxima (ns).
-func (s *sender) memory() int64 {
-	if s.srtt == 0 {
-		return reorderMemory * dur(s.cfg.RTOInit)
+func (r *recovery) memory() int64 {
+	if r.srtt == 0 {
+		return reorderMemory * dur(r.cfg.RTOInit)
 	}
-	return reorderMemory * s.srtt
+	return reorderMemory * r.srtt
 }
 
 // adaptive reports whether loss detection learns from reordering.
-func (s *sender) adaptive() bool {
-	return s.cfg.Recovery == Selective && s.cfg.Reordering == ReorderAdaptive
+func (r *recovery) adaptive() bool {
+	return r.cfg.Recovery == Selective && r.cfg.Reordering == ReorderAdaptive
 }
 
 // lossAge is how old a packet sent before an acknowledged one must be,
 // at now, to be declared lost by time.
-func (s *sender) lossAge(now int64) int64 {
-	base := dur(s.cfg.ReorderWindow)
-	if !s.adaptive() {
-		return s.srtt + base
+func (r *recovery) lossAge(now int64) int64 {
+	base := dur(r.cfg.ReorderWindow)
+	if !r.adaptive() {
+		return r.srtt + base
 	}
-	extra := min(base*max(s.ro.mult, 1), max(base, s.srtt))
-	return max(s.srtt+extra, s.ro.age.get(now, s.memory())+extra/4)
+	extra := min(base*max(r.ro.mult, 1), max(base, r.srtt))
+	return max(r.srtt+extra, r.ro.age.get(now, r.memory())+extra/4)
 }
 
 // dupThresh is how many later packets acknowledged make a first
 // transmission lost, at now.
-func (s *sender) dupThresh(now int64) uint32 {
-	n := uint32(s.cfg.DupThresh)
-	if s.adaptive() {
-		n = max(n, uint32(s.ro.degree.get(now, s.memory()))+1)
+func (r *recovery) dupThresh(now int64) uint32 {
+	n := uint32(r.cfg.DupThresh)
+	if r.adaptive() {
+		n = max(n, uint32(r.ro.degree.get(now, r.memory()))+1)
 	}
 	return n
 }
@@ -171,25 +171,25 @@ func (s *sender) dupThresh(now int64) uint32 {
 // if it was reordered: how long it took, and how many later packets
 // were acknowledged before it. A packet that had been declared lost (and
 // not yet resent) proves the loss spurious.
-func (s *sender) learnAcked(now int64, psn uint32, p *txPkt) {
-	win := s.memory()
-	if p.sentAt < s.rackSentAt {
-		s.ro.age.update(win, now, now-p.sentAt)
+func (r *recovery) learnAcked(now int64, psn uint32, p *txPkt) {
+	win := r.memory()
+	if p.sentAt < r.rackSentAt {
+		r.ro.age.update(win, now, now-p.sentAt)
 	}
-	if s.haveHigh && wire.SeqLess(psn, s.highAcked) {
-		s.ro.degree.update(win, now, int64(s.highAcked-psn))
+	if r.haveHigh && wire.SeqLess(psn, r.highAcked) {
+		r.ro.degree.update(win, now, int64(r.highAcked-psn))
 	}
 	if p.state == pktLost {
-		s.spurious(now, p.lostBy)
+		r.spurious(now, p.lostBy)
 	}
 }
 
 // checkSpurious decides, at now, whether retransmitted packet p (psn),
-// newly acknowledged by an ACK echoing echo, was delivered the first
+// newly acknowledged by the ACK being handled, was delivered the first
 // time, and if so counts and learns from it.
-func (s *sender) checkSpurious(c *Conn, now int64, psn uint32, p *txPkt, echo int64) {
-	original := echo != 0 && echo == p.firstTS
-	if !original && (s.ro.minRTT == 0 || now-p.sentAt >= s.ro.minRTT) {
+func (r *recovery) checkSpurious(c *Conn, now int64, psn uint32, p *txPkt) {
+	original := r.echo != 0 && r.echo == p.firstTS
+	if !original && (r.ro.minRTT == 0 || now-p.sentAt >= r.ro.minRTT) {
 		return
 	}
 	if p.spur == 0 {
@@ -198,15 +198,15 @@ func (s *sender) checkSpurious(c *Conn, now int64, psn uint32, p *txPkt, echo in
 		// The acknowledgement is the original's: it took this long, and
 		// this many later packets were acknowledged before it.
 		var ahead int64
-		if s.haveHigh && wire.SeqLess(psn, s.highAcked) {
-			ahead = int64(s.highAcked - psn)
+		if r.haveHigh && wire.SeqLess(psn, r.highAcked) {
+			ahead = int64(r.highAcked - psn)
 		}
-		s.learnSpurious(now, p, now-p.firstTS, ahead)
+		r.learnSpurious(now, p, now-p.firstTS, ahead)
 	}
 	if original {
 		// Proof enough to undo a congestion cut; an acknowledgement
-		// sooner than the minimum RTT is only likely the original's.
-		s.originalArrived(c, now, p)
+		// sooner than the minimum RTT is only likely the original'r.
+		r.undo.originalArrived(c, now, p)
 	}
 }
 
@@ -217,48 +217,48 @@ func (s *sender) checkSpurious(c *Conn, now int64, psn uint32, p *txPkt, echo in
 // widens the reordering window (spurious). Both spurious-retransmission
 // rules, the timestamps' (checkSpurious) and the duplicate reports'
 // (dupReported), learn through it.
-func (s *sender) learnSpurious(now int64, p *txPkt, age, ahead int64) {
-	if !s.adaptive() {
+func (r *recovery) learnSpurious(now int64, p *txPkt, age, ahead int64) {
+	if !r.adaptive() {
 		return
 	}
 	if p.tx == 2 {
-		win := s.memory()
-		s.ro.age.update(win, now, age)
+		win := r.memory()
+		r.ro.age.update(win, now, age)
 		if ahead > 0 {
-			s.ro.degree.update(win, now, ahead)
+			r.ro.degree.update(win, now, ahead)
 		}
 	}
-	s.spurious(now, p.lostBy)
+	r.spurious(now, p.lostBy)
 }
 
 // spurious widens the reordering window after a loss declared by rule
 // why proved spurious: at most once per RTT (RFC 8985 §6.2, step 4).
-func (s *sender) spurious(now int64, why uint8) {
+func (r *recovery) spurious(now int64, why uint8) {
 	if why != lostByTime && why != lostByCount {
 		return // a timeout's: the RTO, not the reordering window, fired
 	}
-	s.ro.persist = reorderPersist
-	if s.ro.mult == 0 {
-		s.ro.mult = 1
+	r.ro.persist = reorderPersist
+	if r.ro.mult == 0 {
+		r.ro.mult = 1
 	}
-	if s.ro.bumped == 0 || now-s.ro.bumped >= s.srtt {
-		s.ro.mult = min(s.ro.mult+1, reorderMaxMult)
-		s.ro.bumped = now
+	if r.ro.bumped == 0 || now-r.ro.bumped >= r.srtt {
+		r.ro.mult = min(r.ro.mult+1, reorderMaxMult)
+		r.ro.bumped = now
 	}
 }
 
 // lossEpisode counts, at now, a loss declared by SACK or time: the
 // first of an RTT starts an episode, and reorderPersist episodes without
 // a spurious loss return the multiplier to 1.
-func (s *sender) lossEpisode(now int64) {
-	if s.ro.episode != 0 && now-s.ro.episode < s.srtt {
+func (r *recovery) lossEpisode(now int64) {
+	if r.ro.episode != 0 && now-r.ro.episode < r.srtt {
 		return
 	}
-	s.ro.episode = now
-	if s.ro.persist > 0 {
-		s.ro.persist--
-		if s.ro.persist == 0 {
-			s.ro.mult = 1
+	r.ro.episode = now
+	if r.ro.persist > 0 {
+		r.ro.persist--
+		if r.ro.persist == 0 {
+			r.ro.mult = 1
 		}
 	}
 }

@@ -79,7 +79,8 @@ type response struct {
 	src    Source
 }
 
-// sender is the sending half: sequencing, the window, loss recovery.
+// sender is the sending half: messages, their packets and sequencing;
+// what becomes of the packets is recovery's.
 type sender struct {
 	cfg *Config
 
@@ -87,36 +88,19 @@ type sender struct {
 	msgs           [maxMessages]outMsg
 	msnUna, msnNxt uint32
 	ssnNxt         uint32
-	cur            uint32 // msn of the message being packetized
-
-	// Packets: win[psn%pktHistory] for psn in [una, nxt), and what is
-	// left of those acknowledged, for the last pktHistory psns.
-	win      [pktHistory]txPkt
-	una, nxt uint32
-	inFlight int
-	lost     int // packets in pktLost: the retransmission queue
-
-	// RTT and timers (ns).
-	rttEstimator
-	rtoAt      int64 // 0: not armed
-	retries    int   // consecutive timeouts without progress
-	rackSentAt int64 // latest send time of an acknowledged packet
-	lastTS     int64 // the last timestamp sent: each packet's is unique
-	echo       int64 // the timestamp the ACK being handled echoes
-	echoes     echoFilter
-	ro         reorder
-	rackAt     int64 // 0: no reordering deadline
-	rnrAt      int64 // 0: no RNR wait
-	highAcked  uint32
-	haveHigh   bool
-	gbnRecover uint32 // go-back-N: no new go-back before una passes it
-	gbnActive  bool
-	respAt     int64      // 0: no response awaited; else when to give up waiting
-	pending    []response // responses waiting for room
+	cur            uint32     // msn of the message being packetized
+	pending        []response // responses waiting for room
 	// peerCommitted: the receiver committed every msn below it.
 	peerCommitted uint32
-	busyState
-	undo undoEpisode
+
+	sendWindow
+	lastTS int64 // the last timestamp sent: each packet's is unique
+
+	// Timers (ns; 0: not armed) of messages; recovery has those of
+	// packets.
+	rnrAt  int64 // the end of the earliest RNR wait
+	respAt int64 // when to give up waiting for a response
+	recovery
 
 	pace   pacing
 	ackRun ackRun
@@ -133,32 +117,13 @@ type ackRun struct {
 	progress bool   // any packet newly acknowledged
 }
 
-// busyState is what a sender knows of its peer being busy (BUSY NAKs;
-// busy.go).
-type busyState struct {
-	// busy: every unacknowledged packet waits (pktBusyWait) and one, the
-	// oldest, goes as a probe at probeAt (0: none due), backoff after
-	// the BUSY NAK that scheduled it.
-	busy             bool
-	probeAt, backoff int64
-	// busySince: when the busy spell not yet charged as a retry began
-	// (0: the peer is not busy); progress ends the spell.
-	busySince int64
-	// busyEndTS: the last timestamp sent before the peer was last found
-	// free; a BUSY NAK about an older transmission is stale.
-	busyEndTS int64
-	// busyLast: when the last (not stale) BUSY NAK came.
-	busyLast int64
-}
-
 func (s *sender) init(cfg *Config) {
 	s.cfg = cfg
-	s.rto = dur(cfg.RTOInit)
+	s.recovery.init(cfg)
 	s.pace.pacer, _ = cfg.CC.(Pacer)
 }
 
 func (s *sender) msg(msn uint32) *outMsg { return &s.msgs[msn%maxMessages] }
-func (s *sender) pkt(psn uint32) *txPkt  { return &s.win[psn%pktHistory] }
 
 func (s *sender) post(m Message) (uint32, error) {
 	if s.msnNxt-s.msnUna >= maxMessages {
@@ -207,7 +172,7 @@ func (s *sender) postPending() {
 func (s *sender) responseArrived(c *Conn, now int64, reqMSN uint32, value uint64) {
 	m := s.msg(reqMSN)
 	m.respDone, m.value = true, value
-	s.peerFree()
+	s.peerFree(&s.sendWindow, s.lastTS)
 	s.completeCommitted(c, now, s.peerCommitted)
 }
 
@@ -274,7 +239,6 @@ func (s *sender) transmitData(c *Conn, now int64, buf []byte) ([]byte, uint16, b
 	if s.lost > 0 {
 		for psn := s.una; psn != s.nxt; psn++ {
 			if s.pkt(psn).state == pktLost {
-				s.lost--
 				c.st.Retransmits++
 				return s.send(c, now, psn, buf, true)
 			}
@@ -307,7 +271,8 @@ func (s *sender) send(c *Conn, now int64, psn uint32, buf []byte, retx bool) ([]
 	p := s.pkt(psn)
 	m := s.msg(p.msn)
 	p.path = s.cfg.Path.SelectPath(now, psn, retx)
-	p.sentAt, p.state = now, pktInFlight
+	p.sentAt = now
+	s.set(p, pktInFlight)
 	p.tx++
 	// A timestamp unique within the connection (packets sent at the
 	// same time take the next nanoseconds), so that an ACK's echo names
@@ -318,7 +283,6 @@ func (s *sender) send(c *Conn, now int64, psn uint32, buf []byte, retx bool) ([]
 	if p.tx == 1 {
 		p.firstTS = ts
 	}
-	s.inFlight++
 	if s.rtoAt == 0 {
 		s.rtoAt = now + s.rto
 	}
@@ -381,25 +345,7 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 		return fmt.Errorf("ack %d outside [%d, %d]: %w", a.Cum, s.una, s.nxt, ErrInvalid)
 	}
 	c.st.AcksReceived++
-	var rtt int64
-	s.echo = 0
-	if e := a.EchoTS; e > 0 && e <= now {
-		// The echo names one transmission of ours however late it comes
-		// (checkSpurious), but measures an RTT only if it is fresh on its
-		// path: a replayed ACK inflates no estimate, the CC's included.
-		s.echo = e
-		if s.echoes.admit(p.Path, e, s.lastTS) {
-			rtt = now - e
-			s.sampleRTT(rtt)
-			if s.retries == 0 {
-				// RFC 6298 (2.3): the RTO follows every measurement, not
-				// only those of an ACK that makes progress; a backed-off
-				// RTO stays until progress.
-				s.rto = s.rtoValue()
-			}
-			c.cfg.Path.OnAck(now, p.Path, rtt)
-		}
-	}
+	rtt := s.sample(c, now, p.Path, a.EchoTS, s.lastTS)
 	s.ackRun = ackRun{rttPath: p.Path, rtt: rtt}
 	for psn := s.una; wire.SeqLess(psn, a.Cum); psn++ {
 		s.markAcked(c, now, psn)
@@ -418,22 +364,16 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 		s.una++
 	}
 	if p.Flags&wire.FlagDup != 0 && c.cfg.Recovery == Selective && !c.cfg.NoDupReports {
-		s.dupReported(c, now, a.DupPSN)
+		s.dupReported(c, &s.sendWindow, now, a.DupPSN)
 	}
 	if progress {
-		s.peerFree()
+		s.peerFree(&s.sendWindow, s.lastTS)
 		s.flushAckRun(c, now)
 		if r := &s.ackRun; r.rtt > 0 {
 			// No packet it acknowledged went on the sample's path.
 			c.cfg.CC.OnAck(now, r.rttPath, 0, r.rtt)
 		}
-		s.retries = 0
-		s.rto = s.rtoValue()
-		if s.inFlight > 0 {
-			s.rtoAt = now + s.rto
-		} else {
-			s.rtoAt = 0
-		}
+		s.progressed(now, s.inFlight)
 	}
 	// Completions: the receiver committed every message below a.MSN.
 	s.completeCommitted(c, now, a.MSN)
@@ -455,10 +395,10 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 			// (A BUSY NAK repeats the cumulative ACK because a packet was
 			// turned away or a response is held, not because one is
 			// missing.)
-			s.goBack(c, now, a, progress)
+			s.goBack(c, &s.sendWindow, now, a, progress)
 		}
 	default:
-		s.detectLosses(c, now)
+		s.detectLosses(c, &s.sendWindow, now)
 	}
 	return nil
 }
@@ -519,35 +459,9 @@ func (s *sender) markAcked(c *Conn, now int64, psn uint32) {
 	}
 	r.path, r.progress = p.path, true
 	r.n++
-	if c.cfg.Recovery == Selective {
-		if p.tx == 1 {
-			if s.adaptive() {
-				s.learnAcked(now, psn, p)
-			}
-			if p.state == pktLost {
-				// Declared lost, and acknowledged before it went again.
-				s.originalArrived(c, now, p)
-			}
-		} else if p.tx > 1 {
-			s.checkSpurious(c, now, psn, p, s.echo)
-		}
-	}
-	switch p.state {
-	case pktInFlight:
-		s.inFlight--
-	case pktLost:
-		s.lost--
-	}
-	p.state, p.ackedAt = pktAcked, now
-	if s.haveHigh && wire.SeqLess(psn, s.highAcked) {
-		p.ahead = s.highAcked - psn
-	}
-	if p.sentAt > s.rackSentAt {
-		s.rackSentAt = p.sentAt
-	}
-	if !s.haveHigh || wire.SeqLess(s.highAcked, psn) {
-		s.highAcked, s.haveHigh = psn, true
-	}
+	s.acked(c, now, psn, p)
+	s.set(p, pktAcked)
+	p.ackedAt = now
 }
 
 // flushAckRun tells the CC of the current run, with the RTT sample if
@@ -565,97 +479,6 @@ func (s *sender) flushAckRun(c *Conn, now int64) {
 	r.n = 0
 }
 
-// detectLosses declares lost (selective repeat) every packet in flight
-// with dupThresh later packets acknowledged, or sent before an
-// acknowledged packet and older than lossAge (RACK; reorder.go says how
-// both follow the reordering seen). It arms the reordering timer for
-// the rest.
-func (s *sender) detectLosses(c *Conn, now int64) {
-	s.rackAt = 0
-	if !s.haveHigh {
-		return
-	}
-	reo := s.lossAge(now)
-	thresh := s.dupThresh(now)
-	lost := 0
-	for psn := s.una; wire.SeqLess(psn, s.highAcked); psn++ {
-		p := s.pkt(psn)
-		if p.state != pktInFlight {
-			continue
-		}
-		// The count rule judges a first transmission only: a resent
-		// packet has every packet above it acknowledged already, so only
-		// time (or the RTO) can say it is lost again.
-		byCount := p.tx == 1 && s.highAcked-psn >= thresh
-		byTime := p.sentAt < s.rackSentAt && p.sentAt+reo <= now
-		if byCount || byTime {
-			why := lostByTime
-			if byCount {
-				why = lostByCount
-			}
-			s.lose(c, now, psn, true, why)
-			lost++
-			continue
-		}
-		if p.sentAt < s.rackSentAt && (s.rackAt == 0 || p.sentAt+reo < s.rackAt) {
-			s.rackAt = p.sentAt + reo
-		}
-	}
-	c.st.FastRetransmits += uint64(lost)
-	if lost > 0 {
-		s.lossEpisode(now)
-	}
-}
-
-// goBack implements go-back-N: an acknowledgement that does not move
-// una while packets are in flight means the receiver dropped an
-// out-of-order packet; resend everything from una, once per window.
-func (s *sender) goBack(c *Conn, now int64, a *wire.Ack, progress bool) {
-	if s.gbnActive && !wire.SeqLess(s.una, s.gbnRecover) {
-		s.gbnActive = false
-	}
-	if progress || s.gbnActive || s.inFlight == 0 || a.Cum != s.una {
-		return
-	}
-	n := s.loseAll(c, now, true, lostByCount)
-	s.gbnActive, s.gbnRecover = true, s.nxt
-	c.st.FastRetransmits += uint64(n)
-}
-
-// lose declares packet psn lost by rule why and queues it for
-// retransmission; cc says the CC hears of it (a timeout's losses it
-// hears as the timeout).
-func (s *sender) lose(c *Conn, now int64, psn uint32, cc bool, why uint8) {
-	p := s.pkt(psn)
-	p.lostBy = why
-	if p.state == pktInFlight {
-		s.inFlight--
-	}
-	if p.state != pktLost {
-		s.lost++
-	}
-	p.state = pktLost
-	c.cfg.Path.OnLoss(now, p.path)
-	if cc {
-		if c.cfg.Recovery == Selective && c.cfg.UndoCuts {
-			s.episodeLoss(c, now, p)
-		}
-		c.cfg.CC.OnLoss(now, p.path, p.sentAt)
-	}
-}
-
-// loseAll declares every packet in flight lost.
-func (s *sender) loseAll(c *Conn, now int64, cc bool, why uint8) int {
-	n := 0
-	for psn := s.una; psn != s.nxt; psn++ {
-		if s.pkt(psn).state == pktInFlight {
-			s.lose(c, now, psn, cc, why)
-			n++
-		}
-	}
-	return n
-}
-
 // nak handles a receiver's refusal of message a.NAKMSN.
 func (s *sender) nak(c *Conn, now int64, a *wire.Ack) {
 	if !inRange(a.NAKMSN, s.msnUna, s.msnNxt) {
@@ -663,7 +486,7 @@ func (s *sender) nak(c *Conn, now int64, a *wire.Ack) {
 	}
 	m := s.msg(a.NAKMSN)
 	if a.NAK == wire.NAKBusy {
-		s.busyNak(c, now, a, m)
+		s.busyNak(c, &s.sendWindow, now, a, wire.SeqLess(m.msn, s.peerCommitted))
 		return
 	}
 	if a.NAK != wire.NAKRNR {
@@ -696,17 +519,10 @@ func (s *sender) nak(c *Conn, now int64, a *wire.Ack) {
 	m.rnrUntil = now + int64(rnrDelay(a.RNRTimer))
 	// Its packets not acknowledged wait, then go again.
 	for psn := s.una; psn != s.nxt; psn++ {
-		p := s.pkt(psn)
-		switch {
+		switch p := s.pkt(psn); {
 		case p.msn != m.msn:
-		case p.state == pktInFlight:
-			s.inFlight--
-			p.state = pktRNRWait
-		case p.state == pktLost:
-			s.lost--
-			p.state = pktRNRWait
-		case p.state == pktBusyWait:
-			p.state = pktRNRWait
+		case p.state == pktInFlight, p.state == pktLost, p.state == pktBusyWait:
+			s.set(p, pktRNRWait)
 		}
 	}
 	if s.rnrAt == 0 || m.rnrUntil < s.rnrAt {
@@ -744,8 +560,7 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 					s.probeAt = now
 				}
 			} else if m.rnrUntil <= now {
-				p.state = pktLost
-				s.lost++
+				s.set(p, pktLost)
 			} else if s.rnrAt == 0 || m.rnrUntil < s.rnrAt {
 				s.rnrAt = m.rnrUntil
 			}
@@ -753,10 +568,10 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 	}
 	if s.probeAt != 0 && now >= s.probeAt {
 		s.probeAt = 0
-		s.probe()
+		s.probe(&s.sendWindow)
 	}
 	if s.rackAt != 0 && now >= s.rackAt {
-		s.detectLosses(c, now)
+		s.detectLosses(c, &s.sendWindow, now)
 	}
 	if s.respAt != 0 && now >= s.respAt && s.heldResponse(now) {
 		// The peer holds the response back while busy (busy.go): that
@@ -767,40 +582,13 @@ func (s *sender) handleTimeout(c *Conn, now int64) {
 		// Waiting for a response with nothing of ours in flight: count
 		// it as a timeout, so a dead peer fails the connection within
 		// the retry limit.
-		c.st.Timeouts++
-		s.retries++
-		if s.retries > c.cfg.RetryLimit {
-			c.fail(StatusRetryExceeded)
+		if !s.timedOut(c) {
 			return
 		}
-		s.backOff(dur(c.cfg.RTOMax))
 		s.respAt = now + s.rto
 	}
 	if s.rtoAt != 0 && now >= s.rtoAt {
-		s.rtoAt = 0
-		if s.inFlight == 0 {
-			return
-		}
-		if s.busy && now-s.busyLast < dur(c.cfg.BusyTimeout) {
-			s.probeLost()
-			return
-		}
-		c.st.Timeouts++
-		s.retries++
-		if s.retries > c.cfg.RetryLimit {
-			c.fail(StatusRetryExceeded)
-			return
-		}
-		// The peer has not said it is busy for a BusyTimeout: it is
-		// gone, not busy. Everything goes again.
-		s.endBusyMode(lostByTimeout)
-		s.undo.open = false // the timeout's cut is not the episode's
-		c.cfg.CC.OnTimeout(now)
-		c.cfg.Path.OnTimeout(now)
-		s.loseAll(c, now, false, lostByTimeout)
-		s.gbnActive = false
-		s.backOff(dur(c.cfg.RTOMax))
-		s.rtoAt = now + s.rto
+		s.expired(c, &s.sendWindow, now)
 	}
 }
 
@@ -824,20 +612,6 @@ func (s *sender) flush(c *Conn, st Status) {
 	s.busyState = busyState{}
 	s.lost = 0
 }
-
-// sampleRTT feeds the RFC 6298 estimator and the reordering window's
-// minimum RTT.
-func (s *sender) sampleRTT(rtt int64) {
-	if rtt <= 0 {
-		return
-	}
-	if s.ro.minRTT == 0 || rtt < s.ro.minRTT {
-		s.ro.minRTT = rtt
-	}
-	s.rttEstimator.sample(rtt)
-}
-
-func (s *sender) rtoValue() int64 { return s.rtoFor(s.cfg) }
 
 // inRange reports lo <= x < hi in serial arithmetic.
 func inRange(x, lo, hi uint32) bool { return x-lo < hi-lo }

@@ -27,6 +27,11 @@ package transport
 // fools TCP. Go-back-N keeps every cut.
 
 // undoEpisode is the current loss episode.
+//
+// Invariant: pending counts the packets declared lost in episode id
+// (txPkt.ep) whose loss has not proved spurious (txPkt.epPending); the
+// episode is undone at most once, when it reaches 0 while open (a
+// timeout closes it).
 type undoEpisode struct {
 	open    bool  // may still be undone
 	start   int64 // when its first loss was declared
@@ -37,8 +42,7 @@ type undoEpisode struct {
 // episodeLoss adds loss p, declared at now, to the current episode, or
 // begins a new one (marking the controller's state) if p was sent after
 // the current one began.
-func (s *sender) episodeLoss(c *Conn, now int64, p *txPkt) {
-	u := &s.undo
+func (u *undoEpisode) episodeLoss(c *Conn, now int64, p *txPkt) {
 	if !u.open || p.sentAt > u.start {
 		u.id++
 		u.open, u.start, u.pending = true, now, 0
@@ -53,12 +57,11 @@ func (s *sender) episodeLoss(c *Conn, now int64, p *txPkt) {
 // originalArrived records, at now, that p's first transmission was
 // delivered: if the current episode declared it lost, that loss was
 // spurious, and once all of the episode's were, its cut is undone.
-func (s *sender) originalArrived(c *Conn, now int64, p *txPkt) {
+func (u *undoEpisode) originalArrived(c *Conn, now int64, p *txPkt) {
 	if p.arrived {
 		return
 	}
 	p.arrived = true
-	u := &s.undo
 	if !p.epPending || p.ep != u.id || !u.open {
 		return
 	}
@@ -78,11 +81,11 @@ func (s *sender) originalArrived(c *Conn, now int64, p *txPkt) {
 // one sent n times, each report proves one retransmission unneeded
 // (counted once, whichever rule finds it first), and n-1 of them prove
 // the first transmission was delivered.
-func (s *sender) dupReported(c *Conn, now int64, psn uint32) {
-	if !inRange(psn, s.nxt-pktHistory, s.nxt) {
+func (r *recovery) dupReported(c *Conn, w *sendWindow, now int64, psn uint32) {
+	if !inRange(psn, w.nxt-pktHistory, w.nxt) {
 		return // its slot holds a later packet by now (or it was never sent)
 	}
-	p := s.pkt(psn)
+	p := w.pkt(psn)
 	if p.tx < 2 || p.state != pktAcked {
 		return
 	}
@@ -97,9 +100,9 @@ func (s *sender) dupReported(c *Conn, now int64, psn uint32) {
 		// It was acknowledged this long after it was first sent, and
 		// this many later packets before it (if the retransmission was
 		// acknowledged first, the original took longer still).
-		s.learnSpurious(now, p, p.ackedAt-p.firstTS, int64(p.ahead))
+		r.learnSpurious(now, p, p.ackedAt-p.firstTS, int64(p.ahead))
 	}
 	if p.dups == p.tx-1 {
-		s.originalArrived(c, now, p)
+		r.undo.originalArrived(c, now, p)
 	}
 }
