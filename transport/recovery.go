@@ -14,15 +14,15 @@ import "github.com/vstellar/vstellar/transport/wire"
 //     packet is in flight; retries counts the timeouts, and whole busy
 //     timeouts, since the last progress, and past RetryLimit the
 //     connection fails.
-//   - highAcked is the highest psn acknowledged (haveHigh: there is one)
-//     and rackSentAt the latest send time of an acknowledged packet:
-//     only a packet in flight below highAcked is lost by count, only one
-//     sent before rackSentAt by time, and rackAt (0: none) is when the
-//     earliest of the others becomes old enough.
+//   - Only a packet in flight below the highest psn acknowledged is lost
+//     by count, only one sent before an acknowledged one by time
+//     (reorder), and rackAt (0: none) is when the earliest of the others
+//     becomes old enough.
 //   - A go-back (gbnActive) resends the window once: no other starts
 //     before una passes gbnRecover, or a timeout.
-//   - A packet is declared lost only from pktInFlight; a BUSY NAK is
-//     never a loss.
+//   - lose takes only a packet in flight (the path selector and maybe
+//     the CC hear of the loss); a BUSY NAK or an RNR wait queues packets
+//     again without one.
 type recovery struct {
 	cfg *Config
 
@@ -33,11 +33,8 @@ type recovery struct {
 	rtoAt   int64 // 0: not armed
 	retries int   // consecutive timeouts without progress
 
-	rackSentAt int64 // latest send time of an acknowledged packet
-	highAcked  uint32
-	haveHigh   bool
-	rackAt     int64 // 0: no reordering deadline
-	ro         reorder
+	ro     reorder
+	rackAt int64 // 0: no reordering deadline
 
 	gbnRecover uint32 // go-back-N: no new go-back before una passes it
 	gbnActive  bool
@@ -49,6 +46,7 @@ type recovery struct {
 func (r *recovery) init(cfg *Config) {
 	r.cfg = cfg
 	r.rto = dur(cfg.RTOInit)
+	r.ro.init(cfg)
 }
 
 // sample takes, at now, the RTT sample of an ACK for path echoing echo
@@ -109,9 +107,7 @@ func (r *recovery) progressed(now int64, inFlight int) {
 func (r *recovery) acked(c *Conn, now int64, psn uint32, p *txPkt) {
 	if r.cfg.Recovery == Selective {
 		if p.tx == 1 {
-			if r.adaptive() {
-				r.learnAcked(now, psn, p)
-			}
+			r.ro.learnAcked(now, r.srtt, psn, p)
 			if p.state == pktLost {
 				// Declared lost, and acknowledged before it went again.
 				r.undo.originalArrived(c, now, p)
@@ -120,15 +116,7 @@ func (r *recovery) acked(c *Conn, now int64, psn uint32, p *txPkt) {
 			r.checkSpurious(c, now, psn, p)
 		}
 	}
-	if r.haveHigh && wire.SeqLess(psn, r.highAcked) {
-		p.ahead = r.highAcked - psn
-	}
-	if p.sentAt > r.rackSentAt {
-		r.rackSentAt = p.sentAt
-	}
-	if !r.haveHigh || wire.SeqLess(r.highAcked, psn) {
-		r.highAcked, r.haveHigh = psn, true
-	}
+	r.ro.acked(psn, p)
 }
 
 // detectLosses declares lost (selective repeat) every packet in flight
@@ -138,13 +126,14 @@ func (r *recovery) acked(c *Conn, now int64, psn uint32, p *txPkt) {
 // the rest.
 func (r *recovery) detectLosses(c *Conn, w *sendWindow, now int64) {
 	r.rackAt = 0
-	if !r.haveHigh {
+	ro := &r.ro
+	if !ro.haveHigh {
 		return
 	}
-	reo := r.lossAge(now)
-	thresh := r.dupThresh(now)
+	reo := ro.lossAge(now, r.srtt)
+	thresh := ro.dupThresh(now, r.srtt)
 	lost := 0
-	for psn := w.una; wire.SeqLess(psn, r.highAcked); psn++ {
+	for psn := w.una; wire.SeqLess(psn, ro.highAcked); psn++ {
 		p := w.pkt(psn)
 		if p.state != pktInFlight {
 			continue
@@ -152,8 +141,8 @@ func (r *recovery) detectLosses(c *Conn, w *sendWindow, now int64) {
 		// The count rule judges a first transmission only: a resent
 		// packet has every packet above it acknowledged already, so only
 		// time (or the RTO) can say it is lost again.
-		byCount := p.tx == 1 && r.highAcked-psn >= thresh
-		byTime := p.sentAt < r.rackSentAt && p.sentAt+reo <= now
+		byCount := p.tx == 1 && ro.highAcked-psn >= thresh
+		byTime := p.sentAt < ro.rackSentAt && p.sentAt+reo <= now
 		if byCount || byTime {
 			why := lostByTime
 			if byCount {
@@ -163,13 +152,13 @@ func (r *recovery) detectLosses(c *Conn, w *sendWindow, now int64) {
 			lost++
 			continue
 		}
-		if p.sentAt < r.rackSentAt && (r.rackAt == 0 || p.sentAt+reo < r.rackAt) {
+		if p.sentAt < ro.rackSentAt && (r.rackAt == 0 || p.sentAt+reo < r.rackAt) {
 			r.rackAt = p.sentAt + reo
 		}
 	}
 	c.st.FastRetransmits += uint64(lost)
 	if lost > 0 {
-		r.lossEpisode(now)
+		ro.lossEpisode(now, r.srtt)
 	}
 }
 

@@ -122,8 +122,30 @@ func (m *windowedMax) get(now, win int64) int64 {
 	return 0
 }
 
-// reorder is what a sender learned of its connection's reordering.
+// reorder is what the sender's recovery knows of the packets
+// acknowledged (RACK) and of the reordering it saw, and the loss rules'
+// thresholds it makes of them, given the smoothed RTT srtt (ns, 0
+// before the first sample).
+//
+// Invariants:
+//   - highAcked is the highest psn acknowledged (haveHigh: there is
+//     one) and rackSentAt the latest send time of an acknowledged
+//     packet; both only grow.
+//   - Without the adaptive rule (go-back-N, ReorderFixed), lossAge and
+//     dupThresh are the configured ones and nothing is learnt; with it
+//     they are never below them.
+//   - mult is 0 until a loss proves spurious, then in
+//     [1, reorderMaxMult], growing at most once per srtt.
 type reorder struct {
+	adaptive bool   // loss detection learns from reordering
+	window   int64  // Config.ReorderWindow (ns)
+	thresh   uint32 // Config.DupThresh
+	rtoInit  int64  // Config.RTOInit (ns): the memory's unit before an RTT sample
+
+	rackSentAt int64
+	highAcked  uint32
+	haveHigh   bool
+
 	age     windowedMax // how long reordered first transmissions took to be acknowledged (ns)
 	degree  windowedMax // later packets acknowledged before an earlier one
 	mult    int64       // the reordering window's multiplier (0 until a spurious loss: 1)
@@ -133,54 +155,71 @@ type reorder struct {
 	minRTT  int64       // the smallest RTT sample (ns; 0: none yet)
 }
 
-// memory is the span of the windowed maxima (ns).
-func (r *recovery) memory() int64 {
-	if r.srtt == 0 {
-		return reorderMemory * dur(r.cfg.RTOInit)
-	}
-	return reorderMemory * r.srtt
+func (ro *reorder) init(cfg *Config) {
+	ro.adaptive = cfg.Recovery == Selective && cfg.Reordering == ReorderAdaptive
+	ro.window, ro.thresh, ro.rtoInit = dur(cfg.ReorderWindow), uint32(cfg.DupThresh), dur(cfg.RTOInit)
 }
 
-// adaptive reports whether loss detection learns from reordering.
-func (r *recovery) adaptive() bool {
-	return r.cfg.Recovery == Selective && r.cfg.Reordering == ReorderAdaptive
+// memory is the span of the windowed maxima (ns).
+func (ro *reorder) memory(srtt int64) int64 {
+	if srtt == 0 {
+		return reorderMemory * ro.rtoInit
+	}
+	return reorderMemory * srtt
+}
+
+// acked records that psn, sent at p.sentAt, is acknowledged, and how
+// many later packets were before it (p.ahead).
+func (ro *reorder) acked(psn uint32, p *txPkt) {
+	if ro.haveHigh && wire.SeqLess(psn, ro.highAcked) {
+		p.ahead = ro.highAcked - psn
+	}
+	if p.sentAt > ro.rackSentAt {
+		ro.rackSentAt = p.sentAt
+	}
+	if !ro.haveHigh || wire.SeqLess(ro.highAcked, psn) {
+		ro.highAcked, ro.haveHigh = psn, true
+	}
 }
 
 // lossAge is how old a packet sent before an acknowledged one must be,
 // at now, to be declared lost by time.
-func (r *recovery) lossAge(now int64) int64 {
-	base := dur(r.cfg.ReorderWindow)
-	if !r.adaptive() {
-		return r.srtt + base
+func (ro *reorder) lossAge(now, srtt int64) int64 {
+	base := ro.window
+	if !ro.adaptive {
+		return srtt + base
 	}
-	extra := min(base*max(r.ro.mult, 1), max(base, r.srtt))
-	return max(r.srtt+extra, r.ro.age.get(now, r.memory())+extra/4)
+	extra := min(base*max(ro.mult, 1), max(base, srtt))
+	return max(srtt+extra, ro.age.get(now, ro.memory(srtt))+extra/4)
 }
 
 // dupThresh is how many later packets acknowledged make a first
 // transmission lost, at now.
-func (r *recovery) dupThresh(now int64) uint32 {
-	n := uint32(r.cfg.DupThresh)
-	if r.adaptive() {
-		n = max(n, uint32(r.ro.degree.get(now, r.memory()))+1)
+func (ro *reorder) dupThresh(now, srtt int64) uint32 {
+	n := ro.thresh
+	if ro.adaptive {
+		n = max(n, uint32(ro.degree.get(now, ro.memory(srtt)))+1)
 	}
 	return n
 }
 
-// learnAcked learns from first transmission p (psn) acknowledged at now,
-// if it was reordered: how long it took, and how many later packets
-// were acknowledged before it. A packet that had been declared lost (and
-// not yet resent) proves the loss spurious.
-func (r *recovery) learnAcked(now int64, psn uint32, p *txPkt) {
-	win := r.memory()
-	if p.sentAt < r.rackSentAt {
-		r.ro.age.update(win, now, now-p.sentAt)
+// learnAcked learns (adaptive) from first transmission p (psn),
+// acknowledged at now, if it was reordered: how long it took, and how
+// many later packets were acknowledged before it. A packet that had
+// been declared lost (and not yet resent) proves the loss spurious.
+func (ro *reorder) learnAcked(now, srtt int64, psn uint32, p *txPkt) {
+	if !ro.adaptive {
+		return
 	}
-	if r.haveHigh && wire.SeqLess(psn, r.highAcked) {
-		r.ro.degree.update(win, now, int64(r.highAcked-psn))
+	win := ro.memory(srtt)
+	if p.sentAt < ro.rackSentAt {
+		ro.age.update(win, now, now-p.sentAt)
+	}
+	if ro.haveHigh && wire.SeqLess(psn, ro.highAcked) {
+		ro.degree.update(win, now, int64(ro.highAcked-psn))
 	}
 	if p.state == pktLost {
-		r.spurious(now, p.lostBy)
+		ro.spurious(now, srtt, p.lostBy)
 	}
 }
 
@@ -198,14 +237,14 @@ func (r *recovery) checkSpurious(c *Conn, now int64, psn uint32, p *txPkt) {
 		// The acknowledgement is the original's: it took this long, and
 		// this many later packets were acknowledged before it.
 		var ahead int64
-		if r.haveHigh && wire.SeqLess(psn, r.highAcked) {
-			ahead = int64(r.highAcked - psn)
+		if r.ro.haveHigh && wire.SeqLess(psn, r.ro.highAcked) {
+			ahead = int64(r.ro.highAcked - psn)
 		}
-		r.learnSpurious(now, p, now-p.firstTS, ahead)
+		r.ro.learnSpurious(now, r.srtt, p, now-p.firstTS, ahead)
 	}
 	if original {
 		// Proof enough to undo a congestion cut; an acknowledgement
-		// sooner than the minimum RTT is only likely the original'r.
+		// sooner than the minimum RTT is only likely the original's.
 		r.undo.originalArrived(c, now, p)
 	}
 }
@@ -217,48 +256,48 @@ func (r *recovery) checkSpurious(c *Conn, now int64, psn uint32, p *txPkt) {
 // widens the reordering window (spurious). Both spurious-retransmission
 // rules, the timestamps' (checkSpurious) and the duplicate reports'
 // (dupReported), learn through it.
-func (r *recovery) learnSpurious(now int64, p *txPkt, age, ahead int64) {
-	if !r.adaptive() {
+func (ro *reorder) learnSpurious(now, srtt int64, p *txPkt, age, ahead int64) {
+	if !ro.adaptive {
 		return
 	}
 	if p.tx == 2 {
-		win := r.memory()
-		r.ro.age.update(win, now, age)
+		win := ro.memory(srtt)
+		ro.age.update(win, now, age)
 		if ahead > 0 {
-			r.ro.degree.update(win, now, ahead)
+			ro.degree.update(win, now, ahead)
 		}
 	}
-	r.spurious(now, p.lostBy)
+	ro.spurious(now, srtt, p.lostBy)
 }
 
 // spurious widens the reordering window after a loss declared by rule
 // why proved spurious: at most once per RTT (RFC 8985 §6.2, step 4).
-func (r *recovery) spurious(now int64, why uint8) {
+func (ro *reorder) spurious(now, srtt int64, why uint8) {
 	if why != lostByTime && why != lostByCount {
 		return // a timeout's: the RTO, not the reordering window, fired
 	}
-	r.ro.persist = reorderPersist
-	if r.ro.mult == 0 {
-		r.ro.mult = 1
+	ro.persist = reorderPersist
+	if ro.mult == 0 {
+		ro.mult = 1
 	}
-	if r.ro.bumped == 0 || now-r.ro.bumped >= r.srtt {
-		r.ro.mult = min(r.ro.mult+1, reorderMaxMult)
-		r.ro.bumped = now
+	if ro.bumped == 0 || now-ro.bumped >= srtt {
+		ro.mult = min(ro.mult+1, reorderMaxMult)
+		ro.bumped = now
 	}
 }
 
 // lossEpisode counts, at now, a loss declared by SACK or time: the
 // first of an RTT starts an episode, and reorderPersist episodes without
 // a spurious loss return the multiplier to 1.
-func (r *recovery) lossEpisode(now int64) {
-	if r.ro.episode != 0 && now-r.ro.episode < r.srtt {
+func (ro *reorder) lossEpisode(now, srtt int64) {
+	if ro.episode != 0 && now-ro.episode < srtt {
 		return
 	}
-	r.ro.episode = now
-	if r.ro.persist > 0 {
-		r.ro.persist--
-		if r.ro.persist == 0 {
-			r.ro.mult = 1
+	ro.episode = now
+	if ro.persist > 0 {
+		ro.persist--
+		if ro.persist == 0 {
+			ro.mult = 1
 		}
 	}
 }

@@ -100,7 +100,7 @@ func (r *recovery) dupReported(c *Conn, w *sendWindow, now int64, psn uint32) {
 		// It was acknowledged this long after it was first sent, and
 		// this many later packets before it (if the retransmission was
 		// acknowledged first, the original took longer still).
-		r.learnSpurious(now, p, p.ackedAt-p.firstTS, int64(p.ahead))
+		r.ro.learnSpurious(now, r.srtt, p, p.ackedAt-p.firstTS, int64(p.ahead))
 	}
 	if p.dups == p.tx-1 {
 		r.undo.originalArrived(c, now, p)
