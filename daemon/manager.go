@@ -319,6 +319,12 @@ func (m *Manager) DeviceState(name string) (DeviceState, error) {
 // PinStats are the host's pinned-memory counters, all devices together.
 func (m *Manager) PinStats() pvdma.Stats { return m.shared.Pins.Stats() }
 
+// DataThreads says how the data path polls the engines (engine.Cores
+// Mode) and what each of its threads did.
+func (m *Manager) DataThreads() (mode string, threads []engine.ThreadStats) {
+	return m.shared.Cores.Mode(), m.shared.Cores.Stats()
+}
+
 // PinLimit is the host's pin budget in bytes (0: none).
 func (m *Manager) PinLimit() uint64 { return m.shared.Pins.Limit() }
 

@@ -265,3 +265,27 @@ func TestCoresIdlePollingEnginesAreCheap(t *testing.T) {
 	moveTo(t, c, gs...)
 	checkIdlePolling(t, gs, "10 idle-polling engines on one dedicated thread")
 }
+
+// TestCoresPoliteWhenCoresAreFewer: with GOMAXPROCS above the CPUs, the
+// threads are dedicated but yield their core between empty rounds (and
+// still serve); with cores to spare they spin.
+func TestCoresPoliteWhenCoresAreFewer(t *testing.T) {
+	c := dedicatedCores(t, engine.CoresConfig{Threads: runtime.NumCPU()})
+	if !c.Polite() {
+		t.Fatalf("%d threads on %d CPUs (GOMAXPROCS %d) spin without yielding", runtime.NumCPU(), runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	}
+	p := newPair(t, enginetest.DefaultConn, enginetest.QPOpts{})
+	moveTo(t, c, p.a, p.b)
+	src, dst := p.a.NewBuf(pd, 0, 8), p.b.NewBuf(pd, abi.AccessAll, 8)
+	copy(src.Bytes(), "politely")
+	p.qa.PostSend(abi.SendWQE{WRID: 1, Opcode: abi.WRRDMAWrite, Flags: abi.SendSignaled, RemoteAddr: dst.GPA, RKey: dst.Key}, []abi.SGE{src.SGE(0, 8)}, nil)
+	expect(t, p.ca.Wait(), 1, abi.WCSuccess, abi.WCRDMAWrite)
+	if string(dst.Bytes()) != "politely" {
+		t.Fatalf("WRITE landed %q", dst.Bytes())
+	}
+	if runtime.NumCPU() >= 3 {
+		if c := dedicatedCores(t, engine.CoresConfig{Threads: 1}); c.Polite() {
+			t.Fatalf("one thread on %d CPUs yields its core", runtime.NumCPU())
+		}
+	}
+}

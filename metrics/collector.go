@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vstellar/vstellar/daemon"
+	"github.com/vstellar/vstellar/engine"
 	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/latency"
 	"github.com/vstellar/vstellar/pvdma"
@@ -22,6 +23,8 @@ type Source interface {
 	PinLimit() uint64
 	// Fabric is the cross-host fabric, nil without one.
 	Fabric() *remote.Fabric
+	// DataThreads says how the data path polls and what its threads did.
+	DataThreads() (mode string, threads []engine.ThreadStats)
 }
 
 // Collector is a prometheus.Collector for one daemon.
@@ -36,6 +39,7 @@ type Collector struct {
 	fabricDropped                                             *prometheus.Desc
 	fabricRetransmits, fabricTimeouts, fabricPathRTT          *prometheus.Desc
 	fabricSpurious, fabricBusyNaks                            *prometheus.Desc
+	dataThreads, threadBusy, threadEngines                    *prometheus.Desc
 }
 
 // deviceMetric is a per-device metric read from a device's state.
@@ -76,7 +80,12 @@ func New(src Source) *Collector {
 		fabricBusyNaks: desc("fabric_busy_naks_total",
 			"BUSY NAKs, by direction: sent for data a device in a control change could not take, received from such a peer (the sender waits and probes; it is not a loss).", "direction"),
 		fabricTimeouts: desc("fabric_timeouts_total", "Retransmission timeouts."),
-		fabricPathRTT:  desc("fabric_path_rtt_seconds", "Round-trip times measured on each path (UDP source port index).", "path"),
+		dataThreads: desc("data_threads",
+			"Threads polling the devices' engines, by mode: dedicated (spinning on their own OS thread), polite (dedicated, yielding the core between empty rounds: more processors than CPUs), yielding (a goroutine per engine: too few processors).", "mode"),
+		threadBusy: desc("data_thread_busy_seconds_total",
+			"Time a dedicated data-path thread spent polling with an engine awake: the CPU it burned (rate() of it is the thread's busy ratio).", "thread", "cpu"),
+		threadEngines: desc("data_thread_engines", "Engines placed on a dedicated data-path thread.", "thread", "cpu"),
+		fabricPathRTT: desc("fabric_path_rtt_seconds", "Round-trip times measured on each path (UDP source port index).", "path"),
 	}
 	counter, gauge := prometheus.CounterValue, prometheus.GaugeValue
 	add := func(name, help string, typ prometheus.ValueType, v func(s *daemon.DeviceState) float64) {
@@ -121,7 +130,8 @@ func New(src Source) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.devices, c.connected, c.info, c.hostPinned, c.hostBudget, c.pinDuration,
 		c.commandDuration, c.fabricConns, c.fabricSent, c.fabricReceived, c.fabricSendErrors, c.fabricDropped,
-		c.fabricRetransmits, c.fabricTimeouts, c.fabricPathRTT, c.fabricSpurious, c.fabricBusyNaks} {
+		c.fabricRetransmits, c.fabricTimeouts, c.fabricPathRTT, c.fabricSpurious, c.fabricBusyNaks,
+		c.dataThreads, c.threadBusy, c.threadEngines} {
 		ch <- d
 	}
 	for _, m := range c.perDevice {
@@ -163,6 +173,26 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- histogram(c.pinDuration, p.PinLatency)
 	if f := c.src.Fabric(); f != nil {
 		c.collectFabric(ch, f.Stats())
+	}
+	c.collectThreads(ch)
+}
+
+// collectThreads reports the data-path threads. Only dedicated threads
+// are reported one by one: a yielding one lives as long as its engine,
+// whose own busy time is data_path_busy_seconds_total.
+func (c *Collector) collectThreads(ch chan<- prometheus.Metric) {
+	mode, threads := c.src.DataThreads()
+	ch <- prometheus.MustNewConstMetric(c.dataThreads, prometheus.GaugeValue, float64(len(threads)), mode)
+	if mode == "yielding" {
+		return
+	}
+	for i, t := range threads {
+		thread, cpu := strconv.Itoa(i), "any"
+		if t.CPU >= 0 {
+			cpu = strconv.Itoa(t.CPU)
+		}
+		ch <- prometheus.MustNewConstMetric(c.threadBusy, prometheus.CounterValue, t.Busy.Seconds(), thread, cpu)
+		ch <- prometheus.MustNewConstMetric(c.threadEngines, prometheus.GaugeValue, float64(t.Engines), thread, cpu)
 	}
 }
 

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -206,4 +207,38 @@ func TestScrapeDuringMassDestroy(t *testing.T) {
 		t.Fatalf("lint: %v %+v", err, problems)
 	}
 	t.Logf("%d scrapes during the destruction of %d devices", len(seen), count)
+}
+
+// TestDataThreadMetrics: with processors for dedicated data-path threads,
+// each thread reports its engines and the time it polled them.
+func TestDataThreadMetrics(t *testing.T) {
+	if p := runtime.GOMAXPROCS(0); p < 3 {
+		// One thread and the two processors it leaves (engine.Cores).
+		runtime.GOMAXPROCS(3)
+		t.Cleanup(func() { runtime.GOMAXPROCS(p) })
+	}
+	ctx, h := hosttest.Start(t, 30*time.Second, hostsim.Options{})
+	reg := metrics.Registry(h.Manager())
+	if _, _, err := hostsim.WriteAcross(ctx, h, h, [2]string{"ta", "tb"}, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
+	}
+	fams := families(t, reg)
+	mode, threads := h.Manager().DataThreads()
+	if mode != "dedicated" && mode != "polite" {
+		t.Fatalf("mode %q with GOMAXPROCS %d", mode, runtime.GOMAXPROCS(0))
+	}
+	if got := value(t, fams, "vstellard_data_threads", "mode", mode); got != float64(len(threads)) || got < 1 {
+		t.Fatalf("vstellard_data_threads{mode=%q} = %v, want %d", mode, got, len(threads))
+	}
+	engines, busy := 0.0, 0.0
+	for i := range threads {
+		engines += value(t, fams, "vstellard_data_thread_engines", "thread", fmt.Sprint(i))
+		busy += value(t, fams, "vstellard_data_thread_busy_seconds_total", "thread", fmt.Sprint(i), "cpu", "any")
+	}
+	if engines != 2 || busy <= 0 {
+		t.Fatalf("threads carry %v engines (want 2) and were busy %vs (want > 0)", engines, busy)
+	}
 }
