@@ -72,6 +72,9 @@ type options struct {
 	count int
 	// procs, if set, runs the suite once per GOMAXPROCS value (procs.go).
 	procs []int
+	// pairs, if set, adds the verbs suite's scaling table: K VM pairs
+	// writing at once, for each K (scale.go).
+	pairs []int
 }
 
 func usage(w io.Writer) {
@@ -122,6 +125,14 @@ func suiteFlags(s *suite, args []string, stderr io.Writer) (o options, prof prof
 		o.procs = p
 		return err
 	})
+	fs.Func("pairs", fmt.Sprintf("verbs: also write from K VM pairs at once, for each of these comma-separated K (1,2,4; at most %d)", maxPairs), func(v string) error {
+		if s.name != "verbs" {
+			return fmt.Errorf("--pairs: not for the %s suite (only verbs)", s.name)
+		}
+		p, err := parseCounts("pairs", "number of VM pairs", v, maxPairs)
+		o.pairs = p
+		return err
+	})
 	fs.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&prof.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
 	if err := fs.Parse(args); err != nil {
@@ -161,6 +172,20 @@ func startTrace(path string) (stop func(), err error) {
 	return func() { trace.Stop(); f.Close() }, nil
 }
 
+// runSuite runs s into r and, with --procs, the suite again at each
+// GOMAXPROCS (procs.go).
+func runSuite(ctx context.Context, s *suite, o options, r *report, stderr io.Writer) error {
+	if err := s.run(ctx, o, r); err != nil {
+		return err
+	}
+	if o.procs != nil {
+		if err := addProcs(ctx, s, o, r, stderr); err != nil {
+			return fmt.Errorf("--procs: %w", err)
+		}
+	}
+	return nil
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
@@ -181,9 +206,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if o.procs != nil {
-		return runProcs(ctx, s, o, o.procs, stdout, stderr)
-	}
 	for _, p := range []struct {
 		path  string
 		start func(string) (func(), error)
@@ -199,7 +221,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer stopProfile()
 	}
 	r := &report{}
-	runErr := s.run(ctx, o, r)
+	runErr := runSuite(ctx, s, o, r, stderr)
 	// A partial failure prints what was measured, then fails.
 	var partial *partialError
 	if runErr != nil && !errors.As(runErr, &partial) {

@@ -126,6 +126,31 @@ func TestVerbsJSON(t *testing.T) {
 
 // verbs without --json: both tables, a row per size, the summary and
 // the goals note.
+// TestVerbsPairs: --pairs adds a row per K with the aggregate, its ratio
+// to K=1 and to K memcpys, and JSON keys that agree with the table.
+func TestVerbsPairs(t *testing.T) {
+	out, errOut := runTiny(t, "verbs", "--pairs", "1,2")
+	if errOut != "" {
+		t.Errorf("stderr %q, want nothing", errOut)
+	}
+	if !strings.Contains(out, "from K VM pairs at once") {
+		t.Fatalf("no scaling table:\n%s", out)
+	}
+	rows := regexp.MustCompile(`(?m)^ +([12]) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) *$`).FindAllStringSubmatch(out, -1)
+	if len(rows) != 2 || rows[0][1] != "1" || rows[0][3] != "1.00" || rows[1][1] != "2" {
+		t.Fatalf("scaling rows %q:\n%s", rows, out)
+	}
+	for _, k := range []string{"pairs_1_write_gbps", "pairs_2_write_gbps", "pairs_1_ratio", "pairs_2_ratio"} {
+		if !regexp.MustCompile(`(?m)^` + k + ` +[0-9.]*[1-9][0-9.]*$`).MatchString(out) {
+			t.Errorf("no positive %s:\n%s", k, out)
+		}
+	}
+	var stdout, stderr strings.Builder
+	if code := run([]string{"wire", "--pairs", "2"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "not for the wire suite") {
+		t.Errorf("wire --pairs: exit %d, %q", code, stderr.String())
+	}
+}
+
 func TestVerbsTable(t *testing.T) {
 	out, errOut := runTiny(t, "verbs")
 	if errOut != "" {

@@ -44,8 +44,12 @@ func reportArgs(name string, quick bool) []string {
 	switch name {
 	case "verbs":
 		// Its full run takes about 5 s; --quick's 64 WRITEs of 1 MiB per
-		// round are too few to survive a busy neighbour.
-		return nil
+		// round are too few to survive a busy neighbour. Its runs at
+		// other GOMAXPROCS (--procs, children with --quick) and its
+		// scaling table take about a minute more.
+		return []string{"--procs", procsList(), "--pairs", "1,2,4"}
+	case "wire":
+		args = append(args, "--procs", procsList())
 	case "startup":
 		args = append(args, "--mem", "1G,4G")
 	case "translate":
@@ -180,7 +184,7 @@ func runSection(ctx context.Context, s *suite, args []string, env reportEnv, std
 	fmt.Fprintf(stderr, "report: %s ...\n", sec.command())
 	load := startLoad()
 	t0 := time.Now()
-	sec.err = s.run(ctx, o, sec.r)
+	sec.err = runSuite(ctx, s, o, sec.r, stderr)
 	sec.took = time.Since(t0)
 	sec.others = load.others()
 	if sec.err != nil {

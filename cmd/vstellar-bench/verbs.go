@@ -168,6 +168,9 @@ func runVerbs(ctx context.Context, o options, r *report) error {
 	r.set("lat_8b_p50_us", us(p50))
 	r.set("lat_8b_p99_us", us(p99))
 	r.note("GOMAXPROCS=%d; %s; one goroutine plays both guests in the latency test", runtime.GOMAXPROCS(0), dataThreadsNote())
+	if len(o.pairs) > 0 {
+		return verbsScaling(ctx, host, o, r)
+	}
 	return nil
 }
 
