@@ -125,9 +125,9 @@ func suiteFlags(s *suite, args []string, stderr io.Writer) (o options, prof prof
 		o.procs = p
 		return err
 	})
-	fs.Func("pairs", fmt.Sprintf("verbs: also write from K VM pairs at once, for each of these comma-separated K (1,2,4; at most %d)", maxPairs), func(v string) error {
-		if s.name != "verbs" {
-			return fmt.Errorf("--pairs: not for the %s suite (only verbs)", s.name)
+	fs.Func("pairs", fmt.Sprintf("verbs, wire: also write from K VM pairs at once, for each of these comma-separated K (1,2,4; at most %d)", maxPairs), func(v string) error {
+		if s.name != "verbs" && s.name != "wire" {
+			return fmt.Errorf("--pairs: not for the %s suite (only verbs, wire)", s.name)
 		}
 		p, err := parseCounts("pairs", "number of VM pairs", v, maxPairs)
 		o.pairs = p

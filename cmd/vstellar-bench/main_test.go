@@ -146,8 +146,8 @@ func TestVerbsPairs(t *testing.T) {
 		}
 	}
 	var stdout, stderr strings.Builder
-	if code := run([]string{"wire", "--pairs", "2"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "not for the wire suite") {
-		t.Errorf("wire --pairs: exit %d, %q", code, stderr.String())
+	if code := run([]string{"regmr", "--pairs", "2"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "not for the regmr suite") {
+		t.Errorf("regmr --pairs: exit %d, %q", code, stderr.String())
 	}
 }
 

@@ -49,7 +49,7 @@ func reportArgs(name string, quick bool) []string {
 		// scaling table take about a minute more.
 		return []string{"--procs", procsList(), "--pairs", "1,2,4"}
 	case "wire":
-		args = append(args, "--procs", procsList())
+		args = append(args, "--procs", procsList(), "--pairs", "1,2,4")
 	case "startup":
 		args = append(args, "--mem", "1G,4G")
 	case "translate":

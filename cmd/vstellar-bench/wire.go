@@ -323,6 +323,9 @@ func runWire(ctx context.Context, o options, r *report) error {
 	r.note("VM-to-VM: %d RC QP pairs, %d signalled WRITEs posted on each (the engine runs one request per QP at a time); MTU 9000, %d-byte packets; latency: one QP, 8-byte inline WRITE, post to completion", qps, vmPerQP, dgram)
 	r.note("ratio: the median over the rounds of VM-to-VM at 1 MiB over raw UDP in the same round (ratio_min the worst round); lat_ratio: VM-to-VM p50 over UDP p50, samples pooled over the rounds")
 	r.note("core: the transport alone between the same namespaces (host buffers, no engine, no VMs), %d paths", paths)
+	if len(o.pairs) > 0 {
+		return wireScaling(ctx, vp, o, r, qps, d, median(udpG))
+	}
 	return nil
 }
 

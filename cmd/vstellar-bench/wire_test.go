@@ -12,16 +12,17 @@ import (
 // wire --json: the keys the issue names are positive and the ratios are
 // the quotients they claim to be, the headline is the VM-to-VM figure at
 // 1 MiB, and the transport-only rows are there too (on namespaces where
-// the machine has them, loopback otherwise).
+// the machine has them, loopback otherwise), as are the aggregates of
+// --pairs.
 func TestWireJSON(t *testing.T) {
-	out, errOut := runTiny(t, "wire", "--json")
+	out, errOut := runTiny(t, "wire", "--json", "--pairs", "1,2")
 	t.Log(strings.TrimSpace(out))
 	if errOut != "" {
 		t.Errorf("stderr %q, want nothing", errOut)
 	}
 	num := jsonNumbers(t, out)
 	positive(t, num, "transport_gbps", "udp_gbps", "ratio", "lat_8b_p50_us", "udp_lat_p50_us", "lat_ratio", "transport_gbps_1m",
-		"core_gbps_1m", "core_lat_p50_us", "ratio_min")
+		"core_gbps_1m", "core_lat_p50_us", "ratio_min", "pairs_1_gbps", "pairs_2_gbps")
 	if num["transport_gbps"] != num["transport_gbps_1m"] {
 		t.Errorf("transport_gbps %v is not the 1 MiB VM-to-VM figure %v", num["transport_gbps"], num["transport_gbps_1m"])
 	}
