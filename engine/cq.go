@@ -58,7 +58,7 @@ func (e *Engine) push(q *qp, c *cq, cqe *abi.CQE, solicited bool) {
 		e.cqFailed(c, "overflow")
 	}
 	if lost {
-		e.qpFailed(q, abi.WCFatalErr)
+		q.fail(abi.WCFatalErr)
 	}
 }
 
@@ -105,7 +105,7 @@ func (e *Engine) cqFailed(c *cq, why string) {
 	e.event(abi.EventCQErr, c.cqn, 0)
 	for _, q := range *e.live.Load() {
 		if q.scq == c || q.rcq == c {
-			e.qpFailed(q, abi.WCFatalErr)
+			q.fail(abi.WCFatalErr)
 		}
 	}
 }

@@ -25,7 +25,7 @@ func (e *Engine) SetQuiet(fn func()) {
 // takes no lock, as on the data path, so it may run inside a hook.
 func (e *Engine) FailQP(qpn uint32) {
 	if q := e.lookupQP(qpn); q != nil {
-		e.qpFailed(q, abi.WCFatalErr)
+		q.fail(abi.WCFatalErr)
 	}
 }
 

@@ -146,7 +146,7 @@ func (e *Engine) rebindMemory(mem *guestmem.Table) {
 		q.ringPins.Release()
 		if !q.ringsOK {
 			e.log.Warn("qp rings left guest memory", "qpn", q.qpn)
-			e.qpFailed(q, abi.WCFatalErr)
+			q.fail(abi.WCFatalErr)
 			continue
 		}
 		e.repinRing(&q.ringPins, "send queue", q.sqAddr, uint64(q.sqSize)*uint64(q.sqStride))
@@ -281,7 +281,7 @@ func (e *Engine) quiesceTimeout() time.Duration {
 func (e *Engine) abandon(q *qp) {
 	e.log.Warn("request in flight outlived the quiesce timeout: qp to error", "qpn", q.qpn, "timeout", e.cfg.QuiesceTimeout)
 	e.st.abandoned.Add(1)
-	e.qpFailed(q, abi.WCWRFlushErr)
+	q.fail(abi.WCWRFlushErr)
 	if e.connector() != nil && q.connected {
 		e.endConnections([]*qp{q})
 	}

@@ -184,7 +184,7 @@ func (e *Engine) memoryFaulted(why string) {
 	e.broken.Store(true)
 	e.log.Error("guest memory fault: device data path stopped", "err", why)
 	for _, q := range *e.live.Load() {
-		e.qpFailed(q, abi.WCFatalErr)
+		q.fail(abi.WCFatalErr)
 	}
 }
 
@@ -196,7 +196,7 @@ func (e *Engine) pass() (work bool, deadline int64) {
 		if !q.recOK || !q.ringsOK || q.closing.Load() {
 			continue
 		}
-		switch q.getState() {
+		switch q.state.get() {
 		case abi.QPStateRTS, abi.QPStateSQD:
 			if q.waitUntil != 0 && !q.inflight.Load() {
 				if now == 0 {

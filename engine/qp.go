@@ -40,10 +40,7 @@ type qp struct {
 	recOK   bool
 	started bool // record zeroed once
 
-	// state is the QP state. The control path changes it with
-	// compare-and-swap (so it never overrides a concurrent move to ERR by
-	// the data path); the data path only ever moves it to ERR.
-	state atomic.Uint32
+	state qpState // who may change it, and how: qpstate.go
 	// attr is an immutable snapshot, replaced whole by ModifyQP, so the
 	// data path reads a consistent set without a lock.
 	attr      atomic.Pointer[abi.QPAttr]
@@ -113,8 +110,6 @@ func (q *qp) Complete(_ *fabric.Request, o fabric.Outcome) {
 	}
 }
 
-func (q *qp) getState() abi.QPState { return abi.QPState(q.state.Load()) }
-
 // srqn is the number of q's SRQ, 0 if it has its own RQ.
 func (q *qp) srqn() uint32 {
 	if q.srq == nil {
@@ -130,21 +125,16 @@ func (q *qp) setHead(h bool) {
 	q.busy.Store(h)
 }
 
-// qpFailed moves q to ERR because of a data-path error with work
+// fail moves q to ERR because of a data-path error with work
 // completion status st and tells the driver with the matching
 // asynchronous event: the peer rejected a request (REQ_ERR), a remote
 // access error (ACCESS_ERR), or anything else the device detected
 // (QP_FATAL). A QP already in ERR (or RESET) is left alone. Lock-free: it
 // may run on any goroutine.
-func (e *Engine) qpFailed(q *qp, st abi.WCStatus) {
-	for {
-		cur := q.state.Load()
-		if abi.QPState(cur) == abi.QPStateErr || abi.QPState(cur) == abi.QPStateReset {
-			return
-		}
-		if q.state.CompareAndSwap(cur, uint32(abi.QPStateErr)) {
-			break
-		}
+func (q *qp) fail(st abi.WCStatus) {
+	e := q.e
+	if !q.state.fail() {
+		return
 	}
 	t := abi.EventQPFatal
 	switch st {
@@ -263,7 +253,7 @@ func (e *Engine) bindQPRecord(q *qp) {
 	rec, ok := e.record(q.dbIndex)
 	q.rec, q.recOK = rec, ok
 	if !ok {
-		e.qpFailed(q, abi.WCFatalErr)
+		q.fail(abi.WCFatalErr)
 		return
 	}
 	if !q.started {
@@ -361,8 +351,7 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 	if q == nil {
 		return statusErr(abi.StatusNotFound, "qp %d", qpn)
 	}
-	cur := q.getState()
-	next, err := abi.CheckModify(abi.QPTypeRC, cur, mask, a)
+	cur, next, err := q.state.check(mask, a)
 	if err != nil {
 		return wrapStatus(err, "qp %d", qpn)
 	}
@@ -404,10 +393,10 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 	if e.beforeStateCAS != nil {
 		e.beforeStateCAS(qpn)
 	}
-	if !q.state.CompareAndSwap(uint32(cur), uint32(next)) {
+	if !q.state.move(cur, next) {
 		// Only the data path changes the state behind mu's back, and only
 		// to ERR; a move to ERR has then happened already.
-		now := q.getState()
+		now := q.state.get()
 		if next == abi.QPStateErr && now == abi.QPStateErr {
 			e.kick()
 			return nil
@@ -437,7 +426,7 @@ func (e *Engine) resetQP(q *qp) {
 	e.lockQuiet(q)
 	defer e.gate.Unlock()
 	q.rmu.Lock()
-	q.state.Store(uint32(abi.QPStateReset))
+	q.state.reset()
 	q.attr.Store(&abi.QPAttr{})
 	q.sqCons, q.rqCons, q.waitUntil = 0, 0, 0
 	q.lastWQE = false
@@ -490,7 +479,7 @@ func (e *Engine) queryQP(qpn uint32) (abi.QueryQPResp, error) {
 		return abi.QueryQPResp{}, statusErr(abi.StatusNotFound, "qp %d", qpn)
 	}
 	a := *q.attr.Load()
-	a.State = q.getState()
+	a.State = q.state.get()
 	a.CurState = a.State
 	if a.State == abi.QPStateSQD && q.busy.Load() {
 		// The head WQE started before SQD and is not finished: on the
@@ -558,7 +547,7 @@ func (e *Engine) listQPs() []QPInfo {
 		a := q.attr.Load()
 		out = append(out, QPInfo{
 			QPN: q.qpn, PDN: q.pdn, SendCQN: q.scq.cqn, RecvCQN: q.rcq.cqn,
-			SQSize: q.sqSize, RQSize: q.rqSize, State: q.getState(),
+			SQSize: q.sqSize, RQSize: q.rqSize, State: q.state.get(),
 			DestQPN: a.DestQPN, DestGID: a.AH.DGID, PathMTU: a.PathMTU,
 		})
 	}

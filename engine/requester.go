@@ -18,7 +18,7 @@ import (
 // RNR NAK or transport retry is no progress (see run).
 func (e *Engine) serveSQ(q *qp) (work bool) {
 	for range sqBudget {
-		st := q.getState()
+		st := q.state.get()
 		if st != abi.QPStateRTS && st != abi.QPStateSQD {
 			return work
 		}
@@ -299,7 +299,7 @@ func (e *Engine) retire(q *qp, st abi.WCStatus, byteLen uint32) {
 		e.push(q, q.scq, &cqe, false)
 	}
 	if st != abi.WCSuccess {
-		e.qpFailed(q, st)
+		q.fail(st)
 	}
 }
 
@@ -308,7 +308,7 @@ func (e *Engine) retire(q *qp, st abi.WCStatus, byteLen uint32) {
 func (e *Engine) badProducer(q *qp, which string, prod, cons uint32) {
 	e.st.badWQEs.Add(1)
 	e.log.Warn("producer index runs past the ring", "qpn", q.qpn, "index", which, "prod", prod, "cons", cons)
-	e.qpFailed(q, abi.WCLocQPOpErr)
+	q.fail(abi.WCLocQPOpErr)
 }
 
 // ackTimeout is the transport retry delay for the IB timeout exponent t:

@@ -87,7 +87,7 @@ func (e *Engine) begin(req *fabric.Request, local bool) (*incoming, fabric.Outco
 		return nil, fabric.OutcomeRetry
 	}
 	q := e.lookupQP(req.Dst.QPN)
-	if q == nil || !q.recOK || !q.ringsOK || !q.serving() {
+	if q == nil || !q.recOK || !q.ringsOK || !q.state.serving() {
 		// A QP in RESET, INIT or ERR drops requests; the requester times
 		// out, as on a wire.
 		return nil, fabric.OutcomeUnreachable
@@ -131,7 +131,7 @@ func (e *Engine) begin(req *fabric.Request, local bool) (*incoming, fabric.Outco
 	if !local {
 		q.rmu.Lock()
 		defer q.rmu.Unlock()
-		if in.srqTaken && !q.serving() {
+		if in.srqTaken && !q.state.serving() {
 			// The QP went to ERR since the take, and its flush may have
 			// passed (QP_LAST_WQE sent): nothing of the SRQ may complete
 			// on it now, so the WQE goes back rather than into the open
@@ -162,15 +162,6 @@ func lenOK(req *fabric.Request, local bool) bool {
 		}
 	}
 	return !local || guestmem.ViewsLen(req.Local) == req.Len
-}
-
-// serving reports whether q takes requests: RTR, RTS or SQD.
-func (q *qp) serving() bool {
-	switch q.getState() {
-	case abi.QPStateRTR, abi.QPStateRTS, abi.QPStateSQD:
-		return true
-	}
-	return false
 }
 
 // prepare checks req's access and translates its target into in.
@@ -271,7 +262,7 @@ func (e *Engine) takeRecvSRQ(q *qp, in *incoming, buffers bool) fabric.Outcome {
 		return fabric.OutcomeRNR
 	case srqBroken:
 		e.st.badWQEs.Add(1)
-		e.qpFailed(q, abi.WCLocQPOpErr)
+		q.fail(abi.WCLocQPOpErr)
 		return fabric.OutcomeRemoteOp
 	}
 	rw, err := abi.DecodeRecvWQE(in.wqe, q.srq.maxSGE)
@@ -372,7 +363,7 @@ func (e *Engine) failRecv(in *incoming, st abi.WCStatus) {
 		e.consumeRecv(q)
 	}
 	e.push(q, q.rcq, &abi.CQE{WRID: in.wrid, Status: st, Opcode: abi.WCRecv, QPN: q.qpn, SrcQP: in.srcQPN}, true)
-	e.qpFailed(q, st)
+	q.fail(st)
 }
 
 // consumeRecv retires the receive WQE at rq_cons (before its CQE is
@@ -392,12 +383,12 @@ func (e *Engine) commitRecv(in *incoming) fabric.Outcome {
 		defer q.rmu.Unlock()
 	}
 	if q.srq != nil {
-		if !q.serving() || !in.srqTaken {
+		if !q.state.serving() || !in.srqTaken {
 			return fabric.OutcomeRemoteOp // flushed, or given back at Release
 		}
 		in.srqTaken = false
 	} else {
-		if !q.serving() || q.rqCons != in.recvIdx {
+		if !q.state.serving() || q.rqCons != in.recvIdx {
 			// The QP failed (its receives are being flushed) or the fabric
 			// committed out of order: the WQE is not ours to take.
 			e.log.Debug("receive WQE no longer next", "qpn", q.qpn, "index", in.recvIdx, "rq_cons", q.rqCons)

@@ -265,7 +265,7 @@ func (in *incoming) apply() fabric.Outcome {
 		}
 		return e.commitRecv(in)
 	case fabric.OpCmpSwap, fabric.OpFetchAdd:
-		if !q.serving() {
+		if !q.state.serving() {
 			return fabric.OutcomeRemoteOp
 		}
 		if in.op == fabric.OpCmpSwap {
