@@ -103,7 +103,7 @@ func (e *Engine) pushLocked(c *cq, cqe *abi.CQE, solicited bool) (notify, overfl
 func (e *Engine) cqFailed(c *cq, why string) {
 	e.log.Warn("CQ in error", "cqn", c.cqn, "reason", why)
 	e.event(abi.EventCQErr, c.cqn, 0)
-	for _, q := range *e.live.Load() {
+	for _, q := range e.objs.live() {
 		if q.scq == c || q.rcq == c {
 			q.fail(abi.WCFatalErr)
 		}
@@ -121,10 +121,10 @@ func (c *cq) isBroken() bool {
 func (e *Engine) createCQ(s CQSpec) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if s.CQN < 1 || uint64(s.CQN) > uint64(len(e.cqs)) {
-		return statusErr(abi.StatusInvalidArgument, "cqn %d outside 1..%d", s.CQN, len(e.cqs))
+	if s.CQN < 1 || uint64(s.CQN) > uint64(len(e.objs.cqs)) {
+		return statusErr(abi.StatusInvalidArgument, "cqn %d outside 1..%d", s.CQN, len(e.objs.cqs))
 	}
-	if e.lookupCQ(s.CQN) != nil {
+	if e.objs.cq(s.CQN) != nil {
 		return statusErr(abi.StatusBusy, "cq %d exists", s.CQN)
 	}
 	if err := e.limits.CheckCQEntries(s.Entries); err != nil {
@@ -150,8 +150,7 @@ func (e *Engine) createCQ(s CQSpec) error {
 			return err
 		}
 	}
-	e.dbUsed[s.Doorbell] = true
-	e.cqs[s.CQN-1].Store(c)
+	e.objs.putCQ(c)
 	return nil
 }
 
@@ -187,7 +186,7 @@ func (e *Engine) bindCQRecord(c *cq) {
 func (e *Engine) resizeCQ(cqn, entries uint32, ringAddr uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	c := e.lookupCQ(cqn)
+	c := e.objs.cq(cqn)
 	if c == nil {
 		return statusErr(abi.StatusNotFound, "cq %d", cqn)
 	}
@@ -248,7 +247,7 @@ func (e *Engine) resizeCQ(cqn, entries uint32, ringAddr uint64) error {
 func (e *Engine) destroyCQ(cqn uint32) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	c := e.lookupCQ(cqn)
+	c := e.objs.cq(cqn)
 	if c == nil {
 		return statusErr(abi.StatusNotFound, "cq %d", cqn)
 	}
@@ -258,8 +257,7 @@ func (e *Engine) destroyCQ(cqn uint32) error {
 	// No QP refers to c, so the data path cannot reach it; the gate only
 	// orders the removal after passes that might still hold it.
 	e.gate.Lock()
-	e.cqs[cqn-1].Store(nil)
-	delete(e.dbUsed, c.dbIndex)
+	e.objs.dropCQ(c)
 	e.gate.Unlock()
 	c.ringPins.Release()
 	return nil

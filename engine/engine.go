@@ -27,15 +27,7 @@ type Engine struct {
 	mu   sync.Mutex
 	gate sync.RWMutex
 
-	// Object tables, indexed by qpn-2, cqn-1 and srqn-1. Writers hold mu; the data
-	// path loads without locks.
-	qps  []atomic.Pointer[qp]
-	cqs  []atomic.Pointer[cq]
-	srqs []atomic.Pointer[srq]
-	live atomic.Pointer[[]*qp] // every QP, for the engine's scan (copy-on-write under mu)
-	// dbUsed maps doorbell record indices to their owner (guarded by mu),
-	// so two objects never share a record.
-	dbUsed map[uint32]bool
+	objs objects // QPs, CQs and SRQs by number
 
 	// Run state: written under mu and gate (exclusive); read by the data
 	// path under gate (shared).
@@ -114,18 +106,13 @@ func newEngine(cfg Config) *Engine {
 		cfg:    cfg,
 		log:    log.With("engine", cfg.Name),
 		limits: lim,
-		qps:    make([]atomic.Pointer[qp], lim.MaxQP),
-		cqs:    make([]atomic.Pointer[cq], lim.MaxCQ),
-		srqs:   make([]atomic.Pointer[srq], lim.MaxSRQ),
-		dbUsed: map[uint32]bool{},
 		epoch:  time.Now(),
 		cores:  cfg.Cores,
 	}
 	if e.cores == nil {
 		e.cores = privateCores(e.log)
 	}
-	empty := []*qp{}
-	e.live.Store(&empty)
+	e.objs.init(lim)
 	return e
 }
 
@@ -155,44 +142,6 @@ func (e *Engine) wake() {
 func (e *Engine) event(t abi.EventType, handle, info uint32) {
 	if e.cfg.Events != nil {
 		e.cfg.Events(abi.Event{Type: t, Handle: handle, Info: info})
-	}
-}
-
-// lookupQP returns the live QP numbered qpn, or nil. qpn may be hostile.
-func (e *Engine) lookupQP(qpn uint32) *qp {
-	i := uint64(qpn) - 2
-	if qpn < 2 || i >= uint64(len(e.qps)) {
-		return nil
-	}
-	return e.qps[i].Load()
-}
-
-// lookupCQ returns the live CQ numbered cqn, or nil.
-func (e *Engine) lookupCQ(cqn uint32) *cq {
-	i := uint64(cqn) - 1
-	if cqn < 1 || i >= uint64(len(e.cqs)) {
-		return nil
-	}
-	return e.cqs[i].Load()
-}
-
-// publishLive rebuilds the scan list from the QP table. Caller holds mu.
-func (e *Engine) publishLive() {
-	l := make([]*qp, 0, len(*e.live.Load())+1)
-	for i := range e.qps {
-		if q := e.qps[i].Load(); q != nil {
-			l = append(l, q)
-		}
-	}
-	e.live.Store(&l)
-}
-
-// forEachCQ calls fn for every CQ. Caller holds mu.
-func (e *Engine) forEachCQ(fn func(*cq)) {
-	for i := range e.cqs {
-		if c := e.cqs[i].Load(); c != nil {
-			fn(c)
-		}
 	}
 }
 

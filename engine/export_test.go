@@ -24,7 +24,7 @@ func (e *Engine) SetQuiet(fn func()) {
 // FailQP moves a QP to ERR the way the data path does (QP_FATAL). It
 // takes no lock, as on the data path, so it may run inside a hook.
 func (e *Engine) FailQP(qpn uint32) {
-	if q := e.lookupQP(qpn); q != nil {
+	if q := e.objs.qp(qpn); q != nil {
 		q.fail(abi.WCFatalErr)
 	}
 }
@@ -33,7 +33,7 @@ func (e *Engine) FailQP(qpn uint32) {
 // moving its QPs to ERR: the state a QP created or racing past cqFailed
 // would find.
 func (e *Engine) BreakCQ(cqn uint32) {
-	if c := e.lookupCQ(cqn); c != nil {
+	if c := e.objs.cq(cqn); c != nil {
 		c.mu.Lock()
 		c.broken = true
 		c.mu.Unlock()

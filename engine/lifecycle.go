@@ -42,9 +42,9 @@ func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.
 	// front-end may have truncated it: a fault fails Start instead of
 	// killing the daemon.
 	err = touchGuest("start: doorbell region", func() {
-		e.forEachCQ(e.bindCQRecord)
-		e.forEachSRQ(e.bindSRQRecord)
-		for _, q := range *e.live.Load() {
+		e.objs.forEachCQ(e.bindCQRecord)
+		e.objs.forEachSRQ(e.bindSRQRecord)
+		for _, q := range e.objs.live() {
 			e.bindQPRecord(q)
 		}
 		// A busy engine needs no kick; the flag is set again before
@@ -68,9 +68,9 @@ func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.
 func (e *Engine) unbindRegion() {
 	e.memGen++
 	e.db, e.page = guestmem.View{}, guestmem.View{}
-	e.forEachCQ(func(c *cq) { c.rec, c.recOK = guestmem.View{}, false })
-	e.forEachSRQ(func(s *srq) { s.rec, s.recOK = guestmem.View{}, false })
-	for _, q := range *e.live.Load() {
+	e.objs.forEachCQ(func(c *cq) { c.rec, c.recOK = guestmem.View{}, false })
+	e.objs.forEachSRQ(func(s *srq) { s.rec, s.recOK = guestmem.View{}, false })
+	for _, q := range e.objs.live() {
 		q.rec, q.recOK = guestmem.View{}, false
 	}
 }
@@ -122,7 +122,7 @@ func (e *Engine) rebindMemory(mem *guestmem.Table) {
 			e.log.Warn("memory regions lost their guest memory", "count", n)
 		}
 	}
-	e.forEachCQ(func(c *cq) {
+	e.objs.forEachCQ(func(c *cq) {
 		v, err := e.translateRing("cq ring", c.addr, uint64(c.entries)*abi.CQESize)
 		c.ring, c.ringOK = v, err == nil
 		if err != nil && !c.broken {
@@ -134,8 +134,8 @@ func (e *Engine) rebindMemory(mem *guestmem.Table) {
 			e.repinRing(&c.ringPins, "cq ring", c.addr, uint64(c.entries)*abi.CQESize)
 		}
 	})
-	e.forEachSRQ(e.rebindSRQ)
-	for _, q := range *e.live.Load() {
+	e.objs.forEachSRQ(e.rebindSRQ)
+	for _, q := range e.objs.live() {
 		sq, err1 := e.translateRing("send queue", q.sqAddr, uint64(q.sqSize)*uint64(q.sqStride))
 		var rq guestmem.View
 		var err2 error
@@ -168,7 +168,7 @@ func (e *Engine) repinRing(h *pvdma.Hold, what string, gpa, size uint64) {
 func (e *Engine) reset() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	old := *e.live.Load()
+	old := e.objs.live()
 	e.disconnect(old)
 	e.lockQuiet(nil)
 	e.memGen++
@@ -176,19 +176,9 @@ func (e *Engine) reset() {
 		q.gen++
 		q.dropIncomings()
 	}
-	e.forEachCQ(func(c *cq) { c.ringPins.Release() })
-	e.forEachSRQ(func(s *srq) { s.ringPins.Release() })
-	for i := range e.qps {
-		e.qps[i].Store(nil)
-	}
-	for i := range e.cqs {
-		e.cqs[i].Store(nil)
-	}
-	for i := range e.srqs {
-		e.srqs[i].Store(nil)
-	}
-	e.publishLive()
-	clear(e.dbUsed)
+	e.objs.forEachCQ(func(c *cq) { c.ringPins.Release() })
+	e.objs.forEachSRQ(func(s *srq) { s.ringPins.Release() })
+	e.objs.clear()
 	e.broken.Store(false)
 	e.gate.Unlock()
 	for _, q := range old {
@@ -256,7 +246,7 @@ func (e *Engine) lockSuspended() {
 // Release on any QP, or a READ's response may still be resent (between
 // Commit and Finish): a resend after the pause would find the memory gone.
 func (e *Engine) openIncoming() bool {
-	for _, q := range *e.live.Load() {
+	for _, q := range e.objs.live() {
 		q.rmu.Lock()
 		open := q.open != nil
 		q.rmu.Unlock()
@@ -297,7 +287,7 @@ func (e *Engine) busyQP(only *qp) *qp {
 		}
 		return nil
 	}
-	for _, q := range *e.live.Load() {
+	for _, q := range e.objs.live() {
 		if busy(q) {
 			return q
 		}

@@ -183,7 +183,7 @@ func (e *Engine) guard(fn func()) {
 func (e *Engine) memoryFaulted(why string) {
 	e.broken.Store(true)
 	e.log.Error("guest memory fault: device data path stopped", "err", why)
-	for _, q := range *e.live.Load() {
+	for _, q := range e.objs.live() {
 		q.fail(abi.WCFatalErr)
 	}
 }
@@ -192,7 +192,7 @@ func (e *Engine) memoryFaulted(why string) {
 // run) and the earliest pending retry deadline.
 func (e *Engine) pass() (work bool, deadline int64) {
 	var now int64 // read lazily: most passes need no clock
-	for _, q := range *e.live.Load() {
+	for _, q := range e.objs.live() {
 		if !q.recOK || !q.ringsOK || q.closing.Load() {
 			continue
 		}

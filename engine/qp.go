@@ -153,9 +153,9 @@ func (e *Engine) createQP(s QPSpec) error {
 	defer e.mu.Unlock()
 	l := &e.limits
 	switch {
-	case s.QPN < 2 || uint64(s.QPN)-2 >= uint64(len(e.qps)):
-		return statusErr(abi.StatusInvalidArgument, "qpn %d outside 2..%d", s.QPN, len(e.qps)+1)
-	case e.lookupQP(s.QPN) != nil:
+	case s.QPN < 2 || uint64(s.QPN)-2 >= uint64(len(e.objs.qps)):
+		return statusErr(abi.StatusInvalidArgument, "qpn %d outside 2..%d", s.QPN, len(e.objs.qps)+1)
+	case e.objs.qp(s.QPN) != nil:
 		return statusErr(abi.StatusBusy, "qp %d exists", s.QPN)
 	case s.Type == abi.QPTypeUD:
 		return statusErr(abi.StatusNotSupported, "qp %d: UD QPs are not implemented", s.QPN)
@@ -169,7 +169,7 @@ func (e *Engine) createQP(s QPSpec) error {
 	}
 	var sr *srq
 	if s.SRQN != 0 {
-		switch sr = e.lookupSRQ(s.SRQN); {
+		switch sr = e.objs.srq(s.SRQN); {
 		case sr == nil:
 			return statusErr(abi.StatusNotFound, "qp %d: srq %d", s.QPN, s.SRQN)
 		case sr.pdn != s.PDN:
@@ -178,7 +178,7 @@ func (e *Engine) createQP(s QPSpec) error {
 			return statusErr(abi.StatusInvalidArgument, "qp %d on srq %d with an RQ at %#x", s.QPN, s.SRQN, s.RQAddr)
 		}
 	}
-	scq, rcq := e.lookupCQ(s.SendCQN), e.lookupCQ(s.RecvCQN)
+	scq, rcq := e.objs.cq(s.SendCQN), e.objs.cq(s.RecvCQN)
 	if scq == nil || rcq == nil {
 		return statusErr(abi.StatusNotFound, "qp %d: cq %d or %d", s.QPN, s.SendCQN, s.RecvCQN)
 	}
@@ -240,9 +240,7 @@ func (e *Engine) createQP(s QPSpec) error {
 	if sr != nil {
 		sr.refs++
 	}
-	e.dbUsed[s.Doorbell] = true
-	e.qps[s.QPN-2].Store(q)
-	e.publishLive()
+	e.objs.putQP(q)
 	return nil
 }
 
@@ -347,7 +345,7 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	q := e.lookupQP(qpn)
+	q := e.objs.qp(qpn)
 	if q == nil {
 		return statusErr(abi.StatusNotFound, "qp %d", qpn)
 	}
@@ -474,7 +472,7 @@ func (e *Engine) waitIdle(q *qp, deadline time.Time) bool {
 func (e *Engine) queryQP(qpn uint32) (abi.QueryQPResp, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	q := e.lookupQP(qpn)
+	q := e.objs.qp(qpn)
 	if q == nil {
 		return abi.QueryQPResp{}, statusErr(abi.StatusNotFound, "qp %d", qpn)
 	}
@@ -501,14 +499,13 @@ func (e *Engine) queryQP(qpn uint32) (abi.QueryQPResp, error) {
 func (e *Engine) destroyQP(qpn uint32) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	q := e.lookupQP(qpn)
+	q := e.objs.qp(qpn)
 	if q == nil {
 		return statusErr(abi.StatusNotFound, "qp %d", qpn)
 	}
 	e.disconnect([]*qp{q})
 	e.lockQuiet(q)
-	e.qps[qpn-2].Store(nil)
-	e.publishLive()
+	e.objs.dropQP(q)
 	q.gen++
 	q.dropIncomings()
 	e.gate.Unlock()
@@ -518,7 +515,6 @@ func (e *Engine) destroyQP(qpn uint32) error {
 	if q.srq != nil {
 		q.srq.refs--
 	}
-	delete(e.dbUsed, q.dbIndex)
 	e.release(q)
 	return nil
 }
@@ -539,11 +535,7 @@ func (e *Engine) listQPs() []QPInfo {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []QPInfo
-	for i := range e.qps {
-		q := e.qps[i].Load()
-		if q == nil {
-			continue
-		}
+	for _, q := range e.objs.live() {
 		a := q.attr.Load()
 		out = append(out, QPInfo{
 			QPN: q.qpn, PDN: q.pdn, SendCQN: q.scq.cqn, RecvCQN: q.rcq.cqn,

@@ -86,7 +86,7 @@ func (e *Engine) begin(req *fabric.Request, local bool) (*incoming, fabric.Outco
 	if !e.running || e.broken.Load() || (!local && e.suspending.Load()) {
 		return nil, fabric.OutcomeRetry
 	}
-	q := e.lookupQP(req.Dst.QPN)
+	q := e.objs.qp(req.Dst.QPN)
 	if q == nil || !q.recOK || !q.ringsOK || !q.state.serving() {
 		// A QP in RESET, INIT or ERR drops requests; the requester times
 		// out, as on a wire.

@@ -73,7 +73,7 @@ func (e *Engine) checkDoorbell(idx uint32) error {
 	if uint64(idx) >= max {
 		return statusErr(abi.StatusInvalidArgument, "doorbell record %d outside %d records", idx, max)
 	}
-	if e.dbUsed[idx] {
+	if e.objs.recordUsed(idx) {
 		return statusErr(abi.StatusBusy, "doorbell record %d already in use", idx)
 	}
 	return nil

@@ -113,33 +113,14 @@ func (s *srq) giveBack(wqe []byte) {
 	s.back = append(s.back, append(b, wqe[:s.stride]...))
 }
 
-// lookupSRQ returns the live SRQ numbered srqn, or nil. srqn may be
-// hostile.
-func (e *Engine) lookupSRQ(srqn uint32) *srq {
-	i := uint64(srqn) - 1
-	if srqn < 1 || i >= uint64(len(e.srqs)) {
-		return nil
-	}
-	return e.srqs[i].Load()
-}
-
-// forEachSRQ calls fn for every SRQ. Caller holds mu.
-func (e *Engine) forEachSRQ(fn func(*srq)) {
-	for i := range e.srqs {
-		if s := e.srqs[i].Load(); s != nil {
-			fn(s)
-		}
-	}
-}
-
 // createSRQ implements CreateSRQ.
 func (e *Engine) createSRQ(sp SRQSpec) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
-	case sp.SRQN < 1 || uint64(sp.SRQN) > uint64(len(e.srqs)):
-		return statusErr(abi.StatusInvalidArgument, "srqn %d outside 1..%d", sp.SRQN, len(e.srqs))
-	case e.lookupSRQ(sp.SRQN) != nil:
+	case sp.SRQN < 1 || uint64(sp.SRQN) > uint64(len(e.objs.srqs)):
+		return statusErr(abi.StatusInvalidArgument, "srqn %d outside 1..%d", sp.SRQN, len(e.objs.srqs))
+	case e.objs.srq(sp.SRQN) != nil:
 		return statusErr(abi.StatusBusy, "srq %d exists", sp.SRQN)
 	case sp.PDN == 0:
 		return statusErr(abi.StatusInvalidArgument, "srq %d: pd 0", sp.SRQN)
@@ -170,8 +151,7 @@ func (e *Engine) createSRQ(sp SRQSpec) error {
 			return err
 		}
 	}
-	e.dbUsed[sp.Doorbell] = true
-	e.srqs[sp.SRQN-1].Store(s)
+	e.objs.putSRQ(s)
 	return nil
 }
 
@@ -196,7 +176,7 @@ func (e *Engine) bindSRQRecord(s *srq) {
 func (e *Engine) armSRQLimit(srqn, limit uint32) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := e.lookupSRQ(srqn)
+	s := e.objs.srq(srqn)
 	if s == nil {
 		return statusErr(abi.StatusNotFound, "srq %d", srqn)
 	}
@@ -221,7 +201,7 @@ func (e *Engine) armSRQLimit(srqn, limit uint32) error {
 func (e *Engine) querySRQ(srqn uint32) (abi.SRQAttr, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := e.lookupSRQ(srqn)
+	s := e.objs.srq(srqn)
 	if s == nil {
 		return abi.SRQAttr{}, statusErr(abi.StatusNotFound, "srq %d", srqn)
 	}
@@ -234,7 +214,7 @@ func (e *Engine) querySRQ(srqn uint32) (abi.SRQAttr, error) {
 func (e *Engine) destroySRQ(srqn uint32) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := e.lookupSRQ(srqn)
+	s := e.objs.srq(srqn)
 	if s == nil {
 		return statusErr(abi.StatusNotFound, "srq %d", srqn)
 	}
@@ -244,8 +224,7 @@ func (e *Engine) destroySRQ(srqn uint32) error {
 	// No QP refers to s, so the data path cannot reach it; the gate only
 	// orders the removal after passes that might still hold it.
 	e.gate.Lock()
-	e.srqs[srqn-1].Store(nil)
-	delete(e.dbUsed, s.dbIndex)
+	e.objs.dropSRQ(s)
 	e.gate.Unlock()
 	s.ringPins.Release()
 	return nil
