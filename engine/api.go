@@ -191,14 +191,13 @@ func (e *Engine) Reset() { e.reset() }
 // sees at most 16*d of extra latency on its first doorbell after a long
 // idle spell (d just after it went quiet).
 func (e *Engine) SetIdlePoll(d time.Duration) {
-	e.idlePoll.Store(max(int64(d), 0))
-	e.kick()
+	e.waker.setIdlePoll(d)
 }
 
 // Wake is the driver's kick on the wakeup queue. It only signals the
 // engine goroutine, which clears abi.EngineIdle when it wakes, so it is
 // safe to call at any time (also while stopped).
-func (e *Engine) Wake() { e.wake() }
+func (e *Engine) Wake() { e.waker.wake() }
 
 // CreateCQ adds a CQ.
 func (e *Engine) CreateCQ(s CQSpec) error { return e.createCQ(s) }

@@ -247,7 +247,7 @@ type dataThread struct {
 	ops     []threadOp
 
 	hasOps atomic.Bool
-	kicked atomic.Bool  // some engine of this thread was kicked (Engine.wake)
+	kicked atomic.Bool  // some engine of this thread was kicked (waker.wake)
 	busy   atomic.Int64 // ns with an engine awake, ended spells
 	// busySince is the wall clock (UnixNano) the current busy spell
 	// began, 0 while blocked.
@@ -285,16 +285,14 @@ type polled struct {
 // fallAsleep marks p asleep and accounts the time it was awake.
 func (p *polled) fallAsleep() {
 	p.asleep = true
-	if s := p.e.awakeSince.Swap(0); s != 0 {
-		p.e.st.awakeNs.Add(p.e.now() + 1 - s)
-	}
+	p.e.waker.asleepAt(p.e.now())
 }
 
 // wake marks p awake at now (engine clock).
 func (p *polled) wake(now int64) {
 	p.asleep = false
 	p.lastWork = now
-	p.e.awakeSince.Store(now + 1) // 0 means asleep
+	p.e.waker.awakeFrom(now)
 }
 
 // poke tells the thread something changed: a kick or an op.
@@ -441,7 +439,7 @@ func (t *dataThread) scanAsleep() {
 	t.kicked.Store(false) // before the scan: a later kick sets it again
 	woke := false
 	for _, p := range t.asleep {
-		if p.e.wakePending.Swap(false) {
+		if p.e.waker.woken() {
 			p.e.leaveIdle(p)
 		} else if p.deadline != 0 && p.e.now() >= p.deadline {
 			p.e.rescanAsleep(p)

@@ -42,18 +42,10 @@ type Engine struct {
 	memGen uint64
 
 	// cores runs the engine's poller (Config.Cores, or a thread of its
-	// own); thread is the one it is on while started.
+	// own); waker is the engine's side of its sleeping and waking.
 	cores  *Cores
-	thread atomic.Pointer[dataThread]
-
-	sleeping atomic.Bool // the poller has (or is about to have) stopped polling the engine
-	// wakePending: a kick since the engine last announced EngineIdle.
-	wakePending atomic.Bool
-	// awakeSince is the engine clock + 1 when the poller last woke it,
-	// 0 while it sleeps (for Stats.Awake).
-	awakeSince atomic.Int64
-	idlePoll   atomic.Int64 // if > 0, a sleeping engine rescans this often (ns): see SetIdlePoll
-	broken     atomic.Bool  // guest memory faulted: stop touching it until Start/SetMemory/Reset
+	waker  waker
+	broken atomic.Bool // guest memory faulted: stop touching it until Start/SetMemory/Reset
 	// suspending: Stop waits for peers' requests under way; new ones are
 	// told to retry (begin).
 	suspending atomic.Bool
@@ -84,7 +76,6 @@ type stats struct {
 	retries, rnrNaks         atomic.Uint64
 	badWQEs, cqOverflows     atomic.Uint64
 	abandoned                atomic.Uint64
-	awakeNs                  atomic.Int64 // time polled, ended awake spells
 }
 
 func newEngine(cfg Config) *Engine {
@@ -119,25 +110,6 @@ func newEngine(cfg Config) *Engine {
 // now is the engine's monotonic clock in nanoseconds.
 func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) }
 
-// kick wakes the engine if its poller stopped polling it (or is about
-// to). Cheap when it is awake: one atomic load.
-func (e *Engine) kick() {
-	if e.sleeping.Load() {
-		e.wake()
-	}
-}
-
-// wake marks a wake-up pending and tells the engine's thread, which
-// clears EngineIdle and polls the engine again. Safe at any time (also
-// while stopped: Start begins awake, and the first sleep drops it).
-func (e *Engine) wake() {
-	e.wakePending.Store(true)
-	if t := e.thread.Load(); t != nil {
-		t.kicked.Store(true)
-		t.poke()
-	}
-}
-
 // event hands an asynchronous event to the device.
 func (e *Engine) event(t abi.EventType, handle, info uint32) {
 	if e.cfg.Events != nil {
@@ -154,18 +126,8 @@ func (e *Engine) stats() Stats {
 		Retries: s.retries.Load(), RNRNaks: s.rnrNaks.Load(),
 		BadWQEs: s.badWQEs.Load(), CQOverflows: s.cqOverflows.Load(),
 		Abandoned: s.abandoned.Load(),
-		Awake:     time.Duration(e.awake()),
+		Awake:     time.Duration(e.waker.awake(e.now())),
 	}
 }
 
 var _ fabric.Completer = (*qp)(nil)
-
-// awake is the time (ns) the engine's poller has polled it: ended spells
-// and the current one.
-func (e *Engine) awake() int64 {
-	n := e.st.awakeNs.Load()
-	if s := e.awakeSince.Load(); s != 0 {
-		n += max(e.now()+1-s, 0)
-	}
-	return n
-}

@@ -59,7 +59,7 @@ func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.
 	e.running = true
 	// The thread's first pass waits for the gate (its TryRLock fails
 	// until we return).
-	e.thread.Store(e.cores.attach(e))
+	e.waker.thread.Store(e.cores.attach(e))
 	return nil
 }
 
@@ -82,8 +82,8 @@ func (e *Engine) stop() {
 	if !e.running {
 		return
 	}
-	e.cores.detach(e, e.thread.Swap(nil))
-	e.sleeping.Store(false) // it may have left it asleep
+	e.cores.detach(e, e.waker.thread.Swap(nil))
+	e.waker.sleeping.Store(false) // it may have left it asleep
 	// Exclusive gate with nothing in flight either way: every responder
 	// still inside has left, and later ones see !running and answer
 	// OutcomeRetry.
@@ -106,7 +106,7 @@ func (e *Engine) setMemory(mem *guestmem.Table) error {
 	// no fault guard is needed.
 	e.broken.Store(false)
 	e.rebindMemory(mem)
-	e.kick()
+	e.waker.kick()
 	return nil
 }
 

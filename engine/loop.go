@@ -62,15 +62,15 @@ func (e *Engine) pollAwake(p *polled) (work, asleep bool) {
 		e.gate.RUnlock()
 		return work, false
 	}
-	e.sleeping.Store(true)
+	e.waker.sleeping.Store(true)
 	e.storeFlags(abi.EngineIdle, 0)
 	// Drop a wake-up left over from while the engine was busy: the scan
 	// below sees whatever it was for, and a kick from now on sets it
 	// again. Without this an idle engine wakes once for nothing.
-	e.wakePending.Store(false)
+	e.waker.pending.Store(false)
 	work, deadline := e.passLocked()
 	if work {
-		e.sleeping.Store(false)
+		e.waker.sleeping.Store(false)
 		e.storeFlags(0, e.st.wakeups.Add(1))
 		e.gate.RUnlock()
 		p.lastWork = e.now()
@@ -78,7 +78,7 @@ func (e *Engine) pollAwake(p *polled) (work, asleep bool) {
 	}
 	e.gate.RUnlock()
 	p.polls = 0
-	p.deadline = e.idleDeadline(deadline, 0)
+	p.deadline = e.waker.rescanAt(e.now(), deadline, 0)
 	e.st.sleeps.Add(1)
 	p.fallAsleep()
 	return false, true
@@ -96,14 +96,14 @@ func (e *Engine) rescanAsleep(p *polled) {
 	p.polls++
 	work, deadline := e.passLocked()
 	if work {
-		e.sleeping.Store(false)
+		e.waker.sleeping.Store(false)
 		e.storeFlags(0, e.st.wakeups.Add(1))
 		e.gate.RUnlock()
 		p.wake(e.now())
 		return
 	}
 	e.gate.RUnlock()
-	p.deadline = e.idleDeadline(deadline, p.polls)
+	p.deadline = e.waker.rescanAt(e.now(), deadline, p.polls)
 	e.st.sleeps.Add(1)
 }
 
@@ -111,36 +111,10 @@ func (e *Engine) rescanAsleep(p *polled) {
 // completion, a control change). EngineIdle is cleared by its next pass,
 // under the gate, before it scans.
 func (e *Engine) leaveIdle(p *polled) {
-	e.sleeping.Store(false)
+	e.waker.sleeping.Store(false)
 	p.wakeups = e.st.wakeups.Add(1)
 	p.clearIdle = true
 	p.wake(e.now())
-}
-
-// idleDeadline is when (engine clock, 0: never) a sleeping engine
-// rescans on its own: at the earliest retry deadline or its idle poll
-// after polls rescans for nothing.
-func (e *Engine) idleDeadline(deadline int64, polls int) int64 {
-	if poll := e.nextIdlePoll(polls); poll != 0 && (deadline == 0 || poll < deadline) {
-		return poll
-	}
-	return deadline
-}
-
-// idlePollBackoff bounds the idle-poll back-off: the period doubles with
-// every rescan that finds nothing, up to 16 times the configured one.
-const idlePollBackoff = 4
-
-// nextIdlePoll returns when (engine clock) a sleeping engine next rescans
-// on its own, or 0 if it does not (SetIdlePoll). polls is the number of
-// rescans this sleep has already done for nothing: a device idle for long
-// is rescanned less and less often, so a thousand idle guests that never
-// kick cost little, while one that just went quiet is still found fast.
-func (e *Engine) nextIdlePoll(polls int) int64 {
-	if p := e.idlePoll.Load(); p > 0 {
-		return e.now() + p<<min(polls, idlePollBackoff)
-	}
-	return 0
 }
 
 // storeFlags stores the device page's engine flags and, if wakeups is

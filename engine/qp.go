@@ -106,7 +106,7 @@ type qp struct {
 func (q *qp) Complete(_ *fabric.Request, o fabric.Outcome) {
 	q.outcome.Store(uint32(o) + 1)
 	if !q.posting.Load() {
-		q.e.kick()
+		q.e.waker.kick()
 	}
 }
 
@@ -144,7 +144,7 @@ func (q *qp) fail(st abi.WCStatus) {
 		t = abi.EventQPAccessErr
 	}
 	e.event(t, q.qpn, uint32(st))
-	e.kick() // the engine flushes the QP's queues
+	e.waker.kick() // the engine flushes the QP's queues
 }
 
 // createQP implements CreateQP.
@@ -396,7 +396,7 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 		// to ERR; a move to ERR has then happened already.
 		now := q.state.get()
 		if next == abi.QPStateErr && now == abi.QPStateErr {
-			e.kick()
+			e.waker.kick()
 			return nil
 		}
 		q.attr.Store(prev)
@@ -411,7 +411,7 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 	if connect {
 		e.setConnection(q, conn)
 	}
-	e.kick()
+	e.waker.kick()
 	return nil
 }
 
@@ -462,7 +462,7 @@ func (e *Engine) waitIdle(q *qp, deadline time.Time) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		e.kick()
+		e.waker.kick()
 		sleepBriefly()
 	}
 	return true
