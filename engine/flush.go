@@ -4,12 +4,13 @@ import (
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
-// flushQP completes the outstanding WQEs of a QP in ERR with WR_FLUSH_ERR,
+// flush completes the outstanding WQEs of a QP in ERR with WR_FLUSH_ERR,
 // up to flushBudget per queue per pass: the head WQE the requester still
 // held, then every send and receive WQE the driver has posted (and goes on
 // posting). A producer index more than a ring ahead is not flushed: those
 // slots were never valid WQEs. Engine goroutine, gate shared.
-func (e *Engine) flushQP(q *qp) (work bool) {
+func (q *qp) flush() (work bool) {
+	e := q.e
 	if q.inflight.Load() {
 		if q.outcome.Load() == 0 {
 			return false // wait for the fabric; Complete kicks the engine
@@ -42,10 +43,10 @@ func (e *Engine) flushQP(q *qp) (work bool) {
 		work = true
 	}
 	if q.srq != nil {
-		if e.flushSRQRecvs(q) {
+		if q.flushSRQRecvs() {
 			work = true
 		}
-	} else if e.flushRQ(q) {
+	} else if q.flushRQ() {
 		work = true
 	}
 	return work
@@ -55,7 +56,8 @@ func (e *Engine) flushQP(q *qp) (work bool) {
 // progress (streamed requests begun and not committed), never the SRQ's
 // ring: that serves the SRQ's other QPs. Then it sends QP_LAST_WQE, once
 // per stay in ERR. Responders hold rmu while they own a taken WQE.
-func (e *Engine) flushSRQRecvs(q *qp) (work bool) {
+func (q *qp) flushSRQRecvs() (work bool) {
+	e := q.e
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
 	for in := q.open; in != nil; in = in.next {
@@ -76,7 +78,8 @@ func (e *Engine) flushSRQRecvs(q *qp) (work bool) {
 
 // flushRQ flushes posted receive WQEs. Responders consume the RQ too, so
 // this holds rmu (unlocked by defer in case guest memory faults).
-func (e *Engine) flushRQ(q *qp) (work bool) {
+func (q *qp) flushRQ() (work bool) {
+	e := q.e
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
 	for range flushBudget {

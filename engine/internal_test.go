@@ -51,7 +51,7 @@ func TestOpcodeOutsideTheEngine(t *testing.T) {
 	q.attr.Store(&abi.QPAttr{})
 	for _, op := range []abi.WROpcode{7, 100, 255} {
 		q.wqe = abi.SendWQE{Opcode: op}
-		if st := e.buildRequest(q); st != abi.WCLocQPOpErr {
+		if st := q.buildRequest(); st != abi.WCLocQPOpErr {
 			t.Errorf("opcode %d: %v", op, st)
 		}
 	}

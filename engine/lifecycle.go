@@ -45,7 +45,7 @@ func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.
 		e.objs.forEachCQ(e.bindCQRecord)
 		e.objs.forEachSRQ(e.bindSRQRecord)
 		for _, q := range e.objs.live() {
-			e.bindQPRecord(q)
+			q.bindRecord()
 		}
 		// A busy engine needs no kick; the flag is set again before
 		// sleeping.
@@ -182,7 +182,7 @@ func (e *Engine) reset() {
 	e.broken.Store(false)
 	e.gate.Unlock()
 	for _, q := range old {
-		e.release(q)
+		q.release()
 	}
 }
 
@@ -209,7 +209,7 @@ func (e *Engine) lockQuiet(only *qp) {
 			return
 		}
 		e.gate.Unlock()
-		if !e.waitIdle(busy, deadline) {
+		if !busy.waitIdle(deadline) {
 			e.abandon(busy)
 		}
 	}

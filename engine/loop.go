@@ -184,7 +184,7 @@ func (e *Engine) pass() (work bool, deadline int64) {
 				}
 				q.waitUntil = 0
 			}
-			if e.serveSQ(q) {
+			if q.serveSQ() {
 				work = true
 			}
 			// serveSQ may have left the head waiting for a retry.
@@ -192,7 +192,7 @@ func (e *Engine) pass() (work bool, deadline int64) {
 				deadline = w
 			}
 		case abi.QPStateErr:
-			if e.flushQP(q) {
+			if q.flush() {
 				work = true
 			}
 		}

@@ -229,9 +229,9 @@ func (e *Engine) createQP(s QPSpec) error {
 	}
 	q.attr.Store(&abi.QPAttr{})
 	if e.running {
-		if err := touchGuest(fmt.Sprintf("qp %d: doorbell record", s.QPN), func() { e.bindQPRecord(q) }); err != nil {
+		if err := touchGuest(fmt.Sprintf("qp %d: doorbell record", s.QPN), func() { q.bindRecord() }); err != nil {
 			e.memoryFaulted(err.Error())
-			e.release(q)
+			q.release()
 			return err
 		}
 	}
@@ -244,10 +244,11 @@ func (e *Engine) createQP(s QPSpec) error {
 	return nil
 }
 
-// bindQPRecord binds q to its doorbell record: zeroed the first time,
+// bindRecord binds q to its doorbell record: zeroed the first time,
 // afterwards the device-owned consumer indices are rewritten from the
 // engine's copy. Caller holds gate exclusively or owns an unpublished q.
-func (e *Engine) bindQPRecord(q *qp) {
+func (q *qp) bindRecord() {
+	e := q.e
 	rec, ok := e.record(q.dbIndex)
 	q.rec, q.recOK = rec, ok
 	if !ok {
@@ -457,7 +458,8 @@ func (e *Engine) resetQP(q *qp) {
 // waitIdle waits until q has no request in flight on an asynchronous
 // fabric (the fabric still holds views of its memory then). The local
 // fabric completes before Post returns, so this never waits for it.
-func (e *Engine) waitIdle(q *qp, deadline time.Time) bool {
+func (q *qp) waitIdle(deadline time.Time) bool {
+	e := q.e
 	for q.inflight.Load() && q.outcome.Load() == 0 {
 		if time.Now().After(deadline) {
 			return false
@@ -515,14 +517,15 @@ func (e *Engine) destroyQP(qpn uint32) error {
 	if q.srq != nil {
 		q.srq.refs--
 	}
-	e.release(q)
+	q.release()
 	return nil
 }
 
 // release frees what a destroyed QP still holds: the pins of a request
 // whose outcome the engine had not processed yet, and its scratch page.
 // Called past the gate, with nothing else using q.
-func (e *Engine) release(q *qp) {
+func (q *qp) release() {
+	e := q.e
 	q.hold.Release()
 	q.ringPins.Release()
 	if err := q.scratch.Unmap(); err != nil {

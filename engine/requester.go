@@ -16,7 +16,8 @@ import (
 // is in RTS or SQD. It reports whether it made progress: a WQE fetched or
 // completed, or a guest error handled. A retry that only ends in another
 // RNR NAK or transport retry is no progress (see run).
-func (e *Engine) serveSQ(q *qp) (work bool) {
+func (q *qp) serveSQ() (work bool) {
+	e := q.e
 	for range sqBudget {
 		st := q.state.get()
 		if st != abi.QPStateRTS && st != abi.QPStateSQD {
@@ -28,7 +29,7 @@ func (e *Engine) serveSQ(q *qp) (work bool) {
 				return work // an asynchronous fabric still has it
 			}
 			q.inflight.Store(false)
-			e.finish(q, fabric.Outcome(o-1))
+			q.finish(fabric.Outcome(o - 1))
 			if q.waitUntil != 0 {
 				return work
 			}
@@ -49,15 +50,15 @@ func (e *Engine) serveSQ(q *qp) (work bool) {
 				return work
 			}
 			if prod-q.sqCons > q.sqSize {
-				e.badProducer(q, "sq_prod", prod, q.sqCons)
+				q.badProducer("sq_prod", prod, q.sqCons)
 				return true
 			}
-			if !e.fetchHead(q) {
+			if !q.fetchHead() {
 				work = true
 				continue
 			}
 		}
-		e.post(q)
+		q.post()
 		if fresh || !q.head {
 			work = true
 		}
@@ -71,7 +72,8 @@ func (e *Engine) serveSQ(q *qp) (work bool) {
 // fetchHead copies the WQE at sq_cons out of guest memory and decodes the
 // copy, so the guest cannot change it between check and use. A malformed
 // WQE completes at once with LOC_QP_OP_ERR; fetchHead then returns false.
-func (e *Engine) fetchHead(q *qp) bool {
+func (q *qp) fetchHead() bool {
+	e := q.e
 	copyEntry(q.wqeBuf.Bytes(), q.sq, q.sqCons, q.sqSize, q.sqStride)
 	e.st.wqes.Add(1)
 	w, err := abi.DecodeSendWQE(q.wqeBuf.Bytes(), q.maxSendSGE, q.maxInline)
@@ -82,7 +84,7 @@ func (e *Engine) fetchHead(q *qp) bool {
 	if err != nil {
 		e.st.badWQEs.Add(1)
 		e.log.Debug("bad send WQE", "qpn", q.qpn, "index", q.sqCons, "err", err)
-		e.retire(q, abi.WCLocQPOpErr, 0)
+		q.retire(abi.WCLocQPOpErr, 0)
 		return false
 	}
 	return true
@@ -91,10 +93,11 @@ func (e *Engine) fetchHead(q *qp) bool {
 // post builds the head WQE's request and hands it to the fabric. The
 // views are translated again on every attempt: between an RNR and its
 // retry the guest may have deregistered the MR or the memory moved.
-func (e *Engine) post(q *qp) {
-	if st := e.buildRequest(q); st != abi.WCSuccess {
+func (q *qp) post() {
+	e := q.e
+	if st := q.buildRequest(); st != abi.WCSuccess {
 		q.hold.Release()
-		e.retire(q, st, 0)
+		q.retire(st, 0)
 		return
 	}
 	q.outcome.Store(0)
@@ -112,7 +115,7 @@ func (e *Engine) post(q *qp) {
 	q.posting.Store(false)
 	if o := q.outcome.Load(); o != 0 {
 		q.inflight.Store(false)
-		e.finish(q, fabric.Outcome(o-1))
+		q.finish(fabric.Outcome(o - 1))
 	}
 }
 
@@ -142,7 +145,8 @@ func fabricOp(op abi.WROpcode) (fabric.Op, bool) {
 
 // buildRequest fills q.req for the decoded head WQE, reusing its view
 // slice (no allocation in steady state).
-func (e *Engine) buildRequest(q *qp) abi.WCStatus {
+func (q *qp) buildRequest() abi.WCStatus {
+	e := q.e
 	w := &q.wqe
 	a := q.attr.Load()
 	r := &q.req
@@ -205,7 +209,8 @@ func (e *Engine) buildRequest(q *qp) abi.WCStatus {
 }
 
 // finish acts on the outcome of the head WQE's request.
-func (e *Engine) finish(q *qp, o fabric.Outcome) {
+func (q *qp) finish(o fabric.Outcome) {
+	e := q.e
 	// The request's buffers are done with: a retry translates (and pins)
 	// them again.
 	q.hold.Release()
@@ -221,11 +226,11 @@ func (e *Engine) finish(q *qp, o fabric.Outcome) {
 		default:
 			e.st.bytesSent.Add(q.req.Len)
 		}
-		e.retire(q, abi.WCSuccess, uint32(q.req.Len))
+		q.retire(abi.WCSuccess, uint32(q.req.Len))
 	case fabric.OutcomeRNR:
 		e.st.rnrNaks.Add(1)
 		if q.rnrs == 0 {
-			e.retire(q, abi.WCRNRRetryExcErr, 0)
+			q.retire(abi.WCRNRRetryExcErr, 0)
 			return
 		}
 		if q.rnrs != 7 { // 7: retry for ever
@@ -252,32 +257,32 @@ func (e *Engine) finish(q *qp, o fabric.Outcome) {
 	case fabric.OutcomeRetry, fabric.OutcomeUnreachable:
 		e.st.retries.Add(1)
 		if q.retries == 0 {
-			e.retire(q, abi.WCRetryExcErr, 0)
+			q.retire(abi.WCRetryExcErr, 0)
 			return
 		}
 		q.retries--
 		q.waitUntil = e.now() + int64(ackTimeout(a.Timeout))
 	case fabric.OutcomeRemoteAccess:
-		e.retire(q, abi.WCRemAccessErr, 0)
+		q.retire(abi.WCRemAccessErr, 0)
 	case fabric.OutcomeInvalidRequest:
-		e.retire(q, abi.WCRemInvReqErr, 0)
+		q.retire(abi.WCRemInvReqErr, 0)
 	case fabric.OutcomeRemoteOp:
-		e.retire(q, abi.WCRemOpErr, 0)
+		q.retire(abi.WCRemOpErr, 0)
 	// A fabric that retries on our behalf reports only the end: count it
 	// as one retry (or RNR NAK), since at least one happened.
 	case fabric.OutcomeRetryExceeded:
 		e.st.retries.Add(1)
-		e.retire(q, abi.WCRetryExcErr, 0)
+		q.retire(abi.WCRetryExcErr, 0)
 	case fabric.OutcomeRNRExceeded:
 		e.st.rnrNaks.Add(1)
-		e.retire(q, abi.WCRNRRetryExcErr, 0)
+		q.retire(abi.WCRNRRetryExcErr, 0)
 	case fabric.OutcomeFlushed:
-		e.retire(q, abi.WCWRFlushErr, 0)
+		q.retire(abi.WCWRFlushErr, 0)
 	case fabric.OutcomeLocalError:
 		// Our own memory behind the request went away mid-transfer.
-		e.retire(q, abi.WCLocProtErr, 0)
+		q.retire(abi.WCLocProtErr, 0)
 	default:
-		e.retire(q, abi.WCBadRespErr, 0)
+		q.retire(abi.WCBadRespErr, 0)
 	}
 }
 
@@ -287,7 +292,8 @@ func (e *Engine) finish(q *qp, o fabric.Outcome) {
 // completion finds the slot free (the WQE was copied out long before). A
 // failed WQE moves the QP to ERR, and the rest of the queue is flushed
 // later.
-func (e *Engine) retire(q *qp, st abi.WCStatus, byteLen uint32) {
+func (q *qp) retire(st abi.WCStatus, byteLen uint32) {
+	e := q.e
 	w := &q.wqe
 	signal := st != abi.WCSuccess || w.Flags&abi.SendSignaled != 0 || q.sigAll
 	cqe := abi.CQE{WRID: w.WRID, Status: st, Opcode: abi.WCOpcodeFor(w.Opcode), ByteLen: byteLen, QPN: q.qpn}
@@ -305,7 +311,8 @@ func (e *Engine) retire(q *qp, st abi.WCStatus, byteLen uint32) {
 
 // badProducer handles a producer index more than a ring ahead of the
 // consumer: a guest bug that breaks only this QP.
-func (e *Engine) badProducer(q *qp, which string, prod, cons uint32) {
+func (q *qp) badProducer(which string, prod, cons uint32) {
+	e := q.e
 	e.st.badWQEs.Add(1)
 	e.log.Warn("producer index runs past the ring", "qpn", q.qpn, "index", which, "prod", prod, "cons", cons)
 	q.fail(abi.WCLocQPOpErr)

@@ -120,7 +120,7 @@ func (e *Engine) begin(req *fabric.Request, local bool) (*incoming, fabric.Outco
 			in.drop()
 		}
 	}()
-	out := e.prepare(in, q, a, req)
+	out := in.prepare(a, req)
 	if out != fabric.OutcomeOK {
 		if out == fabric.OutcomeRNR {
 			// The RNR NAK carries the responder's timer, as in IB.
@@ -165,7 +165,7 @@ func lenOK(req *fabric.Request, local bool) bool {
 }
 
 // prepare checks req's access and translates its target into in.
-func (e *Engine) prepare(in *incoming, q *qp, a *abi.QPAttr, req *fabric.Request) fabric.Outcome {
+func (in *incoming) prepare(a *abi.QPAttr, req *fabric.Request) fabric.Outcome {
 	switch req.Op {
 	case fabric.OpWrite, fabric.OpWriteImm:
 		if a.AccessFlags&abi.AccessRemoteWrite == 0 {
@@ -173,16 +173,16 @@ func (e *Engine) prepare(in *incoming, q *qp, a *abi.QPAttr, req *fabric.Request
 		}
 		if req.Op == fabric.OpWriteImm {
 			// The receive is found (or RNR answered) before any byte lands.
-			if o := e.beginRecv(q, in, req.RecvAhead, false); o != fabric.OutcomeOK {
+			if o := in.beginRecv(req.RecvAhead, false); o != fabric.OutcomeOK {
 				return o
 			}
 		}
 		if req.Len == 0 {
 			return fabric.OutcomeOK // no key is checked, as on hardware
 		}
-		return e.translate(in, q, req, abi.AccessRemoteWrite, req.Len)
+		return in.translate(req, abi.AccessRemoteWrite, req.Len)
 	case fabric.OpSend, fabric.OpSendImm:
-		return e.beginRecv(q, in, req.RecvAhead, true)
+		return in.beginRecv(req.RecvAhead, true)
 	case fabric.OpRead:
 		if a.AccessFlags&abi.AccessRemoteRead == 0 {
 			return fabric.OutcomeRemoteAccess
@@ -190,7 +190,7 @@ func (e *Engine) prepare(in *incoming, q *qp, a *abi.QPAttr, req *fabric.Request
 		if req.Len == 0 {
 			return fabric.OutcomeOK
 		}
-		return e.translate(in, q, req, abi.AccessRemoteRead, req.Len)
+		return in.translate(req, abi.AccessRemoteRead, req.Len)
 	case fabric.OpCmpSwap, fabric.OpFetchAdd:
 		if a.AccessFlags&abi.AccessRemoteAtomic == 0 {
 			return fabric.OutcomeRemoteAccess
@@ -198,7 +198,7 @@ func (e *Engine) prepare(in *incoming, q *qp, a *abi.QPAttr, req *fabric.Request
 		if req.RemoteAddr%8 != 0 {
 			return fabric.OutcomeInvalidRequest
 		}
-		if o := e.translate(in, q, req, abi.AccessRemoteAtomic, 8); o != fabric.OutcomeOK {
+		if o := in.translate(req, abi.AccessRemoteAtomic, 8); o != fabric.OutcomeOK {
 			return o
 		}
 		if len(in.views) != 1 || !in.views[0].Aligned(0, 8) {
@@ -215,7 +215,8 @@ func (e *Engine) prepare(in *incoming, q *qp, a *abi.QPAttr, req *fabric.Request
 // in.views, pinned by in.hold until release. A refused key, PD, access or
 // range is a remote access error; memory that could not be pinned (the
 // budget is held by DMA in flight) is the responder's operational error.
-func (e *Engine) translate(in *incoming, q *qp, req *fabric.Request, need abi.Access, n uint64) fabric.Outcome {
+func (in *incoming) translate(req *fabric.Request, need abi.Access, n uint64) fabric.Outcome {
+	e, q := in.e, in.q
 	if e.cfg.MTT == nil {
 		return fabric.OutcomeRemoteAccess
 	}
@@ -234,14 +235,15 @@ func (e *Engine) translate(in *incoming, q *qp, req *fabric.Request, need abi.Ac
 // beginRecv finds the receive WQE a request will consume: from q's RQ
 // (peekRecv) or its SRQ (takeRecvSRQ). A local request's is the next one:
 // local requests to a QP take turns under its rmu, none ahead of another.
-func (e *Engine) beginRecv(q *qp, in *incoming, ahead uint32, buffers bool) fabric.Outcome {
+func (in *incoming) beginRecv(ahead uint32, buffers bool) fabric.Outcome {
+	q := in.q
 	if q.srq != nil {
-		return e.takeRecvSRQ(q, in, buffers)
+		return in.takeRecvSRQ(buffers)
 	}
 	if in.local {
 		ahead = 0
 	}
-	return e.peekRecv(q, in, ahead, buffers)
+	return in.peekRecv(ahead, buffers)
 }
 
 // takeRecvSRQ takes the next WQE of q's SRQ for in (the SRQ serves its
@@ -252,7 +254,8 @@ func (e *Engine) beginRecv(q *qp, in *incoming, ahead uint32, buffers bool) fabr
 // request (it would fail every QP on the SRQ in turn): it completes in
 // error on q, which goes to ERR. An SRQ in error fails q as a runaway
 // rq_prod would.
-func (e *Engine) takeRecvSRQ(q *qp, in *incoming, buffers bool) fabric.Outcome {
+func (in *incoming) takeRecvSRQ(buffers bool) fabric.Outcome {
+	e, q := in.e, in.q
 	if cap(in.wqe) < int(q.srq.stride) {
 		in.wqe = make([]byte, q.srq.stride)
 	}
@@ -268,15 +271,15 @@ func (e *Engine) takeRecvSRQ(q *qp, in *incoming, buffers bool) fabric.Outcome {
 	rw, err := abi.DecodeRecvWQE(in.wqe, q.srq.maxSGE)
 	in.wrid = rw.WRID // the decoder fills wr_id even when the WQE is bad
 	if err != nil {
-		e.badRecvWQE(q, 0, err)
-		e.failRecv(in, abi.WCLocQPOpErr)
+		q.badRecvWQE(0, err)
+		in.failRecv(abi.WCLocQPOpErr)
 		return fabric.OutcomeRemoteOp
 	}
 	in.srqTaken = true
 	if !buffers {
 		return fabric.OutcomeOK
 	}
-	return e.recvBuffers(in, in.wqe, rw.NumSGE, true)
+	return in.recvBuffers(in.wqe, rw.NumSGE, true)
 }
 
 // peekRecv finds the receive WQE ahead entries past rq_cons without
@@ -291,7 +294,8 @@ func (e *Engine) takeRecvSRQ(q *qp, in *incoming, buffers bool) fabric.Outcome {
 // to consume, so it is only refused and nothing changes: the requester
 // learns from the NAK, and the engine's next local use of the RQ (a local
 // request, a flush) finds the fault again.
-func (e *Engine) peekRecv(q *qp, in *incoming, ahead uint32, buffers bool) fabric.Outcome {
+func (in *incoming) peekRecv(ahead uint32, buffers bool) fabric.Outcome {
+	e, q := in.e, in.q
 	if !in.local { // a local request holds rmu already (begin)
 		q.rmu.Lock()
 		defer q.rmu.Unlock()
@@ -299,7 +303,7 @@ func (e *Engine) peekRecv(q *qp, in *incoming, ahead uint32, buffers bool) fabri
 	prod := q.rec.LoadUint32Acquire(abi.QPDoorbellOffRQProd)
 	if avail := prod - q.rqCons; avail > q.rqSize {
 		if in.local {
-			e.badProducer(q, "rq_prod", prod, q.rqCons)
+			q.badProducer("rq_prod", prod, q.rqCons)
 		} else {
 			e.log.Debug("rq_prod runs past the ring", "qpn", q.qpn, "cons", q.rqCons, "ahead", avail)
 		}
@@ -312,16 +316,16 @@ func (e *Engine) peekRecv(q *qp, in *incoming, ahead uint32, buffers bool) fabri
 	rw, err := abi.DecodeRecvWQE(q.rbuf, q.maxRecvSGE)
 	in.recvIdx, in.wrid = idx, rw.WRID
 	if err != nil {
-		e.badRecvWQE(q, idx, err)
+		q.badRecvWQE(idx, err)
 		if in.local {
-			e.failRecv(in, abi.WCLocQPOpErr)
+			in.failRecv(abi.WCLocQPOpErr)
 		}
 		return fabric.OutcomeRemoteOp
 	}
 	if !buffers {
 		return fabric.OutcomeOK
 	}
-	return e.recvBuffers(in, q.rbuf, rw.NumSGE, in.local)
+	return in.recvBuffers(q.rbuf, rw.NumSGE, in.local)
 }
 
 // recvBuffers translates the n SGEs of a receive WQE (wqe, a copy) into
@@ -329,7 +333,8 @@ func (e *Engine) peekRecv(q *qp, in *incoming, ahead uint32, buffers bool) fabri
 // QP's to write, or too small for the message, end the request; fail
 // completes the WQE in error and moves the QP to ERR (see peekRecv and
 // takeRecvSRQ for when). For an RQ the caller holds rmu.
-func (e *Engine) recvBuffers(in *incoming, wqe []byte, n uint16, fail bool) fabric.Outcome {
+func (in *incoming) recvBuffers(wqe []byte, n uint16, fail bool) fabric.Outcome {
+	e := in.e
 	q := in.q
 	dst, total, st := gatherSGEs(e.cfg.MTT, &in.hold, in.views[:0], wqe[abi.RecvWQEHeaderSize:], int(n), q.pdn, abi.AccessLocalWrite)
 	in.views = dst
@@ -342,14 +347,15 @@ func (e *Engine) recvBuffers(in *incoming, wqe []byte, n uint16, fail bool) fabr
 	}
 	if out != fabric.OutcomeOK && fail {
 		in.srqTaken = false
-		e.failRecv(in, st)
+		in.failRecv(st)
 	}
 	return out
 }
 
 // badRecvWQE counts and logs a malformed receive WQE: the one at idx of
 // q's RQ, or (idx 0) one taken from its SRQ.
-func (e *Engine) badRecvWQE(q *qp, idx uint32, err error) {
+func (q *qp) badRecvWQE(idx uint32, err error) {
+	e := q.e
 	e.st.badWQEs.Add(1)
 	e.log.Debug("bad receive WQE", "qpn", q.qpn, "srqn", q.srqn(), "index", idx, "err", err)
 }
@@ -357,10 +363,11 @@ func (e *Engine) badRecvWQE(q *qp, idx uint32, err error) {
 // failRecv completes the receive WQE in found with error status st and
 // moves the QP to ERR: from an RQ the WQE at rq_cons, which it consumes
 // (caller holds rmu), from an SRQ the one in took.
-func (e *Engine) failRecv(in *incoming, st abi.WCStatus) {
+func (in *incoming) failRecv(st abi.WCStatus) {
+	e := in.e
 	q := in.q
 	if q.srq == nil {
-		e.consumeRecv(q)
+		q.consumeRecv()
 	}
 	e.push(q, q.rcq, &abi.CQE{WRID: in.wrid, Status: st, Opcode: abi.WCRecv, QPN: q.qpn, SrcQP: in.srcQPN}, true)
 	q.fail(st)
@@ -368,7 +375,7 @@ func (e *Engine) failRecv(in *incoming, st abi.WCStatus) {
 
 // consumeRecv retires the receive WQE at rq_cons (before its CQE is
 // written, as retire does for the SQ). Caller holds rmu.
-func (e *Engine) consumeRecv(q *qp) {
+func (q *qp) consumeRecv() {
 	q.rqCons++
 	q.rec.StoreUint32Release(abi.QPDoorbellOffRQCons, q.rqCons)
 }
@@ -376,7 +383,8 @@ func (e *Engine) consumeRecv(q *qp) {
 // commitRecv consumes the receive WQE begin found, which must be at
 // rq_cons by now (or taken from the SRQ and still this request's), with a
 // successful CQE.
-func (e *Engine) commitRecv(in *incoming) fabric.Outcome {
+func (in *incoming) commitRecv() fabric.Outcome {
+	e := in.e
 	q := in.q
 	if !in.local { // see peekRecv
 		q.rmu.Lock()
@@ -394,7 +402,7 @@ func (e *Engine) commitRecv(in *incoming) fabric.Outcome {
 			e.log.Debug("receive WQE no longer next", "qpn", q.qpn, "index", in.recvIdx, "rq_cons", q.rqCons)
 			return fabric.OutcomeRemoteOp
 		}
-		e.consumeRecv(q)
+		q.consumeRecv()
 	}
 	e.push(q, q.rcq, in.recvCQE(), in.solicited)
 	return fabric.OutcomeOK

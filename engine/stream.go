@@ -263,7 +263,7 @@ func (in *incoming) apply() fabric.Outcome {
 		if in.op == fabric.OpWrite {
 			return fabric.OutcomeOK
 		}
-		return e.commitRecv(in)
+		return in.commitRecv()
 	case fabric.OpCmpSwap, fabric.OpFetchAdd:
 		if !q.state.serving() {
 			return fabric.OutcomeRemoteOp
