@@ -13,6 +13,7 @@ import (
 // flushes) and responders on any goroutine (receive completions) write
 // CQEs into it concurrently, so every write happens under mu.
 type cq struct {
+	e       *Engine // for its failure and the doorbell region
 	cqn     uint32
 	dbIndex uint32
 	entries uint32
@@ -46,7 +47,10 @@ type cq struct {
 // and q goes to ERR: no QP may go on working while its completions
 // vanish.
 func (e *Engine) push(q *qp, c *cq, cqe *abi.CQE, solicited bool) {
-	notify, overflow, lost := e.pushLocked(c, cqe, solicited)
+	notify, overflow, lost := c.put(cqe, solicited)
+	if !lost {
+		e.st.cqes.Add(1)
+	}
 	if cqe.Status != abi.WCSuccess {
 		e.st.errorCQEs.Add(1)
 	}
@@ -62,10 +66,12 @@ func (e *Engine) push(q *qp, c *cq, cqe *abi.CQE, solicited bool) {
 	}
 }
 
-// pushLocked does the part of push that needs the CQ's lock. The unlock
-// is deferred so that a fault on guest memory (recovered further up)
-// cannot leave the CQ locked.
-func (e *Engine) pushLocked(c *cq, cqe *abi.CQE, solicited bool) (notify, overflow, lost bool) {
+// put writes cqe into the ring and reports whether the driver asked to be
+// notified of it, whether it overflowed the ring (and broke the CQ), and
+// whether the CQE was lost (overflow, or a CQ already unusable). The
+// unlock is deferred so that a fault on guest memory (recovered further
+// up) cannot leave the CQ locked.
+func (c *cq) put(cqe *abi.CQE, solicited bool) (notify, overflow, lost bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.broken || !c.ringOK || !c.recOK {
@@ -84,7 +90,6 @@ func (e *Engine) pushLocked(c *cq, cqe *abi.CQE, solicited bool) (notify, overfl
 	// The CQE is complete before prod says so: the driver loads prod with
 	// acquire and then reads the CQE.
 	c.rec.StoreUint32Release(abi.CQDoorbellOffProd, c.prod)
-	e.st.cqes.Add(1)
 
 	sn, flags := abi.SplitCQArmWord(c.rec.LoadUint32Acquire(abi.CQDoorbellOffArm))
 	if sn != c.armAck && (flags&abi.CQArmNextComp != 0 ||
@@ -137,14 +142,14 @@ func (e *Engine) createCQ(s CQSpec) error {
 	if err != nil {
 		return err
 	}
-	c := &cq{cqn: s.CQN, dbIndex: s.Doorbell, entries: s.Entries, addr: s.RingAddr, ring: ring, ringOK: true}
+	c := &cq{e: e, cqn: s.CQN, dbIndex: s.Doorbell, entries: s.Entries, addr: s.RingAddr, ring: ring, ringOK: true}
 	if err := e.pinRing(&c.ringPins, "cq ring", s.RingAddr, uint64(s.Entries)*abi.CQESize); err != nil {
 		return err
 	}
 	if e.running {
 		// The engine is running, but it only reaches this CQ through a QP
 		// created later, after this CQ is published: no gate needed.
-		if err := touchGuest(fmt.Sprintf("cq %d: doorbell record", s.CQN), func() { e.bindCQRecord(c) }); err != nil {
+		if err := touchGuest(fmt.Sprintf("cq %d: doorbell record", s.CQN), func() { c.bindRecord() }); err != nil {
 			e.memoryFaulted(err.Error())
 			c.ringPins.Release()
 			return err
@@ -154,13 +159,14 @@ func (e *Engine) createCQ(s CQSpec) error {
 	return nil
 }
 
-// bindCQRecord binds a CQ to its doorbell record in the running layout,
+// bindRecord binds a CQ to its doorbell record in the running layout,
 // zeroing the record the first time and otherwise rewriting the
 // device-owned fields from the engine's copy (after a restart the region
 // may be a fresh mapping of the same file, or the guest may have
 // scribbled on it). Caller holds gate exclusively or owns an unpublished
 // c.
-func (e *Engine) bindCQRecord(c *cq) {
+func (c *cq) bindRecord() {
+	e := c.e
 	rec, ok := e.record(c.dbIndex)
 	c.rec, c.recOK = rec, ok
 	if !ok {

@@ -42,8 +42,8 @@ func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.
 	// front-end may have truncated it: a fault fails Start instead of
 	// killing the daemon.
 	err = touchGuest("start: doorbell region", func() {
-		e.objs.forEachCQ(e.bindCQRecord)
-		e.objs.forEachSRQ(e.bindSRQRecord)
+		e.objs.forEachCQ((*cq).bindRecord)
+		e.objs.forEachSRQ((*srq).bindRecord)
 		for _, q := range e.objs.live() {
 			q.bindRecord()
 		}
@@ -134,7 +134,7 @@ func (e *Engine) rebindMemory(mem *guestmem.Table) {
 			e.repinRing(&c.ringPins, "cq ring", c.addr, uint64(c.entries)*abi.CQESize)
 		}
 	})
-	e.objs.forEachSRQ(e.rebindSRQ)
+	e.objs.forEachSRQ((*srq).rebind)
 	for _, q := range e.objs.live() {
 		sq, err1 := e.translateRing("send queue", q.sqAddr, uint64(q.sqSize)*uint64(q.sqStride))
 		var rq guestmem.View

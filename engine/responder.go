@@ -260,7 +260,7 @@ func (in *incoming) takeRecvSRQ(buffers bool) fabric.Outcome {
 		in.wqe = make([]byte, q.srq.stride)
 	}
 	in.wqe = in.wqe[:q.srq.stride]
-	switch e.take(q.srq, in.wqe) {
+	switch q.srq.take(in.wqe) {
 	case srqEmpty:
 		return fabric.OutcomeRNR
 	case srqBroken:

@@ -16,6 +16,7 @@ import (
 // took one and did not complete gives the copy back, and the next taker
 // gets it before the ring.
 type srq struct {
+	e         *Engine // for its events, the log and the doorbell region
 	srqn, pdn uint32
 	dbIndex   uint32
 	size      uint32
@@ -59,7 +60,7 @@ const (
 // when the WQEs left fall below an armed limit, and SRQ_ERR (once) for a
 // runaway prod. It touches guest memory: callers run it guarded. The
 // unlock is deferred so that a fault cannot leave the SRQ locked.
-func (e *Engine) take(s *srq, dst []byte) takeResult {
+func (s *srq) take(dst []byte) takeResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.broken || !s.ringOK || !s.recOK {
@@ -69,8 +70,8 @@ func (e *Engine) take(s *srq, dst []byte) takeResult {
 	avail := prod - s.cons
 	if avail > s.size {
 		s.broken = true
-		e.log.Debug("srq prod runs past the ring", "srqn", s.srqn, "cons", s.cons, "prod", prod)
-		e.event(abi.EventSRQErr, s.srqn, 0)
+		s.e.log.Debug("srq prod runs past the ring", "srqn", s.srqn, "cons", s.cons, "prod", prod)
+		s.e.event(abi.EventSRQErr, s.srqn, 0)
 		return srqBroken
 	}
 	switch {
@@ -87,17 +88,17 @@ func (e *Engine) take(s *srq, dst []byte) takeResult {
 	default:
 		return srqEmpty
 	}
-	e.checkLimit(s, avail)
+	s.checkLimit(avail)
 	return taken
 }
 
 // checkLimit sends SRQ_LIMIT and disarms the limit if the SRQ holds fewer
 // WQEs than it: avail posted and not taken, plus those given back. Caller
 // holds s.mu.
-func (e *Engine) checkLimit(s *srq, avail uint32) {
+func (s *srq) checkLimit(avail uint32) {
 	if s.limit != 0 && uint64(avail)+uint64(len(s.back)) < uint64(s.limit) {
 		s.limit = 0
-		e.event(abi.EventSRQLimit, s.srqn, 0)
+		s.e.event(abi.EventSRQLimit, s.srqn, 0)
 	}
 }
 
@@ -137,7 +138,7 @@ func (e *Engine) createSRQ(sp SRQSpec) error {
 		return err
 	}
 	s := &srq{
-		srqn: sp.SRQN, pdn: sp.PDN, dbIndex: sp.Doorbell, size: sp.Size, maxSGE: sp.MaxSGE,
+		e: e, srqn: sp.SRQN, pdn: sp.PDN, dbIndex: sp.Doorbell, size: sp.Size, maxSGE: sp.MaxSGE,
 		stride: stride, addr: sp.RingAddr, ring: ring, ringOK: true, limit: sp.Limit,
 	}
 	if err := e.pinRing(&s.ringPins, "srq ring", sp.RingAddr, uint64(sp.Size)*uint64(stride)); err != nil {
@@ -145,7 +146,7 @@ func (e *Engine) createSRQ(sp SRQSpec) error {
 	}
 	if e.running {
 		// Unpublished: no QP reaches it yet, so no gate is needed.
-		if err := touchGuest(fmt.Sprintf("srq %d: doorbell record", sp.SRQN), func() { e.bindSRQRecord(s) }); err != nil {
+		if err := touchGuest(fmt.Sprintf("srq %d: doorbell record", sp.SRQN), func() { s.bindRecord() }); err != nil {
 			e.memoryFaulted(err.Error())
 			s.ringPins.Release()
 			return err
@@ -155,10 +156,11 @@ func (e *Engine) createSRQ(sp SRQSpec) error {
 	return nil
 }
 
-// bindSRQRecord binds s to its doorbell record: zeroed the first time,
+// bindRecord binds s to its doorbell record: zeroed the first time,
 // afterwards cons is rewritten from the engine's copy. Caller holds gate
 // exclusively or owns an unpublished s.
-func (e *Engine) bindSRQRecord(s *srq) {
+func (s *srq) bindRecord() {
+	e := s.e
 	rec, ok := e.record(s.dbIndex)
 	s.rec, s.recOK = rec, ok
 	if !ok {
@@ -183,16 +185,21 @@ func (e *Engine) armSRQLimit(srqn, limit uint32) error {
 	if limit >= s.size {
 		return statusErr(abi.StatusInvalidArgument, "srq %d: limit %d, want below the size %d", srqn, limit, s.size)
 	}
+	return s.armLimit(limit)
+}
+
+// armLimit arms the limit event at limit, or sends it now if the SRQ is
+// below it already. Caller holds Engine.mu.
+func (s *srq) armLimit(limit uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limit = limit
-	if limit == 0 || !e.running || !s.recOK || s.broken {
+	if limit == 0 || !s.e.running || !s.recOK || s.broken {
 		return nil // checked at the next take
 	}
-	// Already below it: the event goes now.
-	return touchGuest(fmt.Sprintf("srq %d: doorbell record", srqn), func() {
+	return touchGuest(fmt.Sprintf("srq %d: doorbell record", s.srqn), func() {
 		if avail := s.rec.LoadUint32Acquire(abi.SRQDoorbellOffProd) - s.cons; avail <= s.size {
-			e.checkLimit(s, avail)
+			s.checkLimit(avail)
 		}
 	})
 }
@@ -205,9 +212,13 @@ func (e *Engine) querySRQ(srqn uint32) (abi.SRQAttr, error) {
 	if s == nil {
 		return abi.SRQAttr{}, statusErr(abi.StatusNotFound, "srq %d", srqn)
 	}
+	return s.attr(), nil
+}
+
+func (s *srq) attr() abi.SRQAttr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return abi.SRQAttr{PDN: s.pdn, MaxWR: s.size, MaxSGE: s.maxSGE, Limit: s.limit}, nil
+	return abi.SRQAttr{PDN: s.pdn, MaxWR: s.size, MaxSGE: s.maxSGE, Limit: s.limit}
 }
 
 // destroySRQ implements DestroySRQ.
@@ -230,10 +241,11 @@ func (e *Engine) destroySRQ(srqn uint32) error {
 	return nil
 }
 
-// rebindSRQ moves s's ring onto the current memory table (see
+// rebind moves s's ring onto the current memory table (see
 // rebindMemory). A ring that left guest RAM puts the SRQ in error, as
 // a runaway prod does. Caller holds mu and gate exclusively.
-func (e *Engine) rebindSRQ(s *srq) {
+func (s *srq) rebind() {
+	e := s.e
 	size := uint64(s.size) * uint64(s.stride)
 	v, err := e.translateRing("srq ring", s.addr, size)
 	s.ring, s.ringOK = v, err == nil
