@@ -59,10 +59,7 @@ type Engine struct {
 	beforeStateCAS func(qpn uint32)
 	quiet          func()
 
-	// inFree is the free list of streamed requests (stream.go), so that
-	// steady traffic allocates none.
-	inMu   sync.Mutex
-	inFree []*incoming
+	free freeIncomings // streamed requests to reuse (stream.go)
 
 	st stats
 }

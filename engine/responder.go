@@ -109,7 +109,7 @@ func (e *Engine) begin(req *fabric.Request, local bool) (*incoming, fabric.Outco
 		q.rmu.Lock()
 		in = &q.local
 	} else {
-		in = e.getIncoming()
+		in = e.free.get()
 	}
 	in.e, in.q, in.gen, in.qgen, in.released, in.local = e, q, e.memGen, q.gen, false, local
 	in.op, in.len, in.srcQPN, in.imm, in.solicited = req.Op, req.Len, req.Src.QPN, req.Imm, req.Solicited

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"sync"
+
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/pvdma"
@@ -19,9 +21,7 @@ import (
 // bumped whenever the views of guest memory may die; the QP's, bumped
 // when it is reset or destroyed) and refuses when either moved.
 
-// maxFreeIncomings bounds the engine's free list of Incomings: more than
-// that many open at once (a deep transport window) allocate, and the
-// surplus is left to the garbage collector when released.
+// maxFreeIncomings bounds the engine's free list of Incomings.
 const maxFreeIncomings = 256
 
 // incoming is one request between begin and release: a streamed one
@@ -43,7 +43,7 @@ type incoming struct {
 	prev, next *incoming // in q.open, while listed
 
 	// The rest holds no pointer, so that clearing it between requests is
-	// a few stores (putIncoming).
+	// a few stores (recycle).
 	inState
 }
 
@@ -89,41 +89,55 @@ type inState struct {
 
 var _ fabric.Incoming = (*incoming)(nil)
 
-// getIncoming takes an Incoming from the free list (or makes one).
-func (e *Engine) getIncoming() *incoming {
-	e.inMu.Lock()
-	n := len(e.inFree)
+// freeIncomings is a free list of Incomings, so that steady traffic
+// allocates none. It holds at most maxFreeIncomings: more than that many
+// open at once (a deep transport window) allocate, and the surplus is
+// left to the garbage collector when released.
+type freeIncomings struct {
+	mu   sync.Mutex
+	list []*incoming
+}
+
+// get takes an Incoming from the list (or makes one).
+func (f *freeIncomings) get() *incoming {
+	f.mu.Lock()
+	n := len(f.list)
 	if n > 0 {
-		in := e.inFree[n-1]
-		e.inFree[n-1] = nil
-		e.inFree = e.inFree[:n-1]
-		e.inMu.Unlock()
+		in := f.list[n-1]
+		f.list[n-1] = nil
+		f.list = f.list[:n-1]
+		f.mu.Unlock()
 		return in
 	}
-	e.inMu.Unlock()
+	f.mu.Unlock()
 	return &incoming{views: make([]guestmem.View, 0, 4)}
 }
 
-// putIncoming clears in (keeping its grown slices) and returns it to the
+// put returns in, cleared, to the list.
+func (f *freeIncomings) put(in *incoming) {
+	f.mu.Lock()
+	if len(f.list) < maxFreeIncomings {
+		f.list = append(f.list, in)
+	}
+	f.mu.Unlock()
+}
+
+// recycle clears in (keeping its grown slices) and returns it to the
 // free list, or, a local request's, to its QP, letting go of the QP's
 // rmu: the next local request may use it from then on. in holds no pins
 // and is not listed. It stays marked released, so that a stray call on
 // it before it is reused (a caller's bug) is refused rather than
 // touching anything.
-func (e *Engine) putIncoming(in *incoming) {
-	q, local := in.q, in.local
+func (in *incoming) recycle() {
+	e, q, local := in.e, in.q, in.local
 	clear(in.views) // no view of guest memory outlives the request
-	in.e, in.q, in.views, in.prev, in.next = e, nil, in.views[:0], nil, nil
+	in.q, in.views, in.prev, in.next = nil, in.views[:0], nil, nil
 	in.inState = inState{released: true}
 	if local {
 		q.rmu.Unlock()
 		return
 	}
-	e.inMu.Lock()
-	if len(e.inFree) < maxFreeIncomings {
-		e.inFree = append(e.inFree, in)
-	}
-	e.inMu.Unlock()
+	e.free.put(in)
 }
 
 // beginStreamed implements Begin.
@@ -149,7 +163,7 @@ func (in *incoming) drop() {
 		in.srqTaken = false
 	}
 	in.hold.Release()
-	in.e.putIncoming(in)
+	in.recycle()
 }
 
 // live reports whether in's target is still what Begin translated: the
@@ -309,7 +323,7 @@ func (in *incoming) Finish() {
 	in.responding = false
 	in.q.responses.Add(-1)
 	if in.released {
-		in.e.putIncoming(in)
+		in.recycle()
 	}
 }
 
@@ -317,7 +331,6 @@ func (in *incoming) Finish() {
 // to the SRQ, its pins dropped, and (recycle) onto the free list. A local
 // request recycles even a READ, whose answer is copied by then.
 func (in *incoming) release(recycle bool) {
-	e := in.e
 	if in.released {
 		return
 	}
@@ -339,7 +352,7 @@ func (in *incoming) release(recycle bool) {
 	}
 	in.hold.Release()
 	if recycle {
-		e.putIncoming(in)
+		in.recycle()
 	}
 }
 
