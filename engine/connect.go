@@ -24,18 +24,13 @@ import (
 // decided when it is made (rq_psn at RTR, sq_psn at RTS).
 const connAttrs = abi.QPAttrAV | abi.QPAttrDestQPN | abi.QPAttrRetryCnt | abi.QPAttrRNRRetry
 
-// connector is the fabric's Connector, or nil if it keeps no connections.
-func (e *Engine) connector() fabric.Connector {
-	cn, _ := e.cfg.Fabric.(fabric.Connector)
-	return cn
-}
-
 // connection returns the Connection a MODIFY_QP of q from cur to next with
 // the merged attributes a must make, and whether it must make one: when
 // the QP enters RTR or RTS, or a connection attribute changes while it
 // serves. Caller holds mu.
-func (e *Engine) connection(q *qp, cur, next abi.QPState, mask abi.QPAttrMask, a *abi.QPAttr) (fabric.Connection, bool, error) {
-	if e.connector() == nil {
+func (q *qp) connection(cur, next abi.QPState, mask abi.QPAttrMask, a *abi.QPAttr) (fabric.Connection, bool, error) {
+	e := q.e
+	if e.connector == nil {
 		return fabric.Connection{}, false, nil
 	}
 	switch next {
@@ -65,12 +60,12 @@ func (e *Engine) connection(q *qp, cur, next abi.QPState, mask abi.QPAttrMask, a
 	return c, true, nil
 }
 
-// connect makes (or updates) c with the fabric. A refusal is the
-// MODIFY_QP's error: the status the fabric's error wraps if it wraps one,
-// else StatusInvalidArgument (the attributes name a peer the fabric cannot
-// reach). Caller holds mu, not the gate.
-func (e *Engine) connect(c fabric.Connection) error {
-	if err := e.connector().Connect(c); err != nil {
+// connect makes (or updates) c, q's connection, with the fabric. A
+// refusal is the MODIFY_QP's error: the status the fabric's error wraps
+// if it wraps one, else StatusInvalidArgument (the attributes name a peer
+// the fabric cannot reach). Caller holds mu, not the gate.
+func (q *qp) connect(c fabric.Connection) error {
+	if err := q.e.connector.Connect(c); err != nil {
 		st := abi.StatusInvalidArgument
 		var s abi.Status
 		if errors.As(err, &s) && s != abi.StatusOK {
@@ -85,9 +80,9 @@ func (e *Engine) connect(c fabric.Connection) error {
 // made it has taken effect; a connection under another local address (the
 // GID at sgid_index changed) replaces the old one, which ends. Caller
 // holds mu.
-func (e *Engine) setConnection(q *qp, c fabric.Connection) {
+func (q *qp) setConnection(c fabric.Connection) {
 	if q.connected && q.conn.Local != c.Local {
-		e.connector().Disconnect(q.conn.Local)
+		q.e.connector.Disconnect(q.conn.Local)
 	}
 	q.conn, q.connected = c, true
 }
@@ -96,9 +91,9 @@ func (e *Engine) setConnection(q *qp, c fabric.Connection) {
 // connection q did not have before ends; an update of q's connection is
 // left (the QP has gone to ERR, and RESET or destroy ends it). Caller
 // holds mu.
-func (e *Engine) unconnect(q *qp, c fabric.Connection) {
+func (q *qp) unconnect(c fabric.Connection) {
 	if !q.connected || q.conn.Local != c.Local {
-		e.connector().Disconnect(c.Local)
+		q.e.connector.Disconnect(c.Local)
 	}
 }
 
@@ -113,7 +108,7 @@ func (e *Engine) unconnect(q *qp, c fabric.Connection) {
 // of theirs, so lockQuiet does not wait a retry timeout for a dead peer.
 // Caller holds mu, not the gate.
 func (e *Engine) disconnect(qs []*qp) {
-	if e.connector() == nil {
+	if e.connector == nil {
 		return
 	}
 	some := false
@@ -134,7 +129,7 @@ func (e *Engine) disconnect(qs []*qp) {
 // holds mu, not the gate, and has made sure no new pass posts for qs
 // (closing, or a state that posts nothing).
 func (e *Engine) endConnections(qs []*qp) {
-	cn := e.connector()
+	cn := e.connector
 	e.gate.Lock() // the barrier: nothing to do inside
 	e.gate.Unlock()
 	for _, q := range qs {

@@ -41,6 +41,12 @@ type Engine struct {
 	// request (stream.go) checks it between its steps.
 	memGen uint64
 
+	// connector is cfg.Fabric's Connector, nil if it keeps no connections
+	// (connect.go).
+	connector fabric.Connector
+	// quiesce is cfg.QuiesceTimeout, or its default.
+	quiesce time.Duration
+
 	// cores runs the engine's poller (Config.Cores, or a thread of its
 	// own); waker is the engine's side of its sleeping and waking.
 	cores  *Cores
@@ -96,6 +102,11 @@ func newEngine(cfg Config) *Engine {
 		limits: lim,
 		epoch:  time.Now(),
 		cores:  cfg.Cores,
+	}
+	e.connector, _ = cfg.Fabric.(fabric.Connector)
+	e.quiesce = cfg.QuiesceTimeout
+	if e.quiesce <= 0 {
+		e.quiesce = DefaultQuiesceTimeout
 	}
 	if e.cores == nil {
 		e.cores = privateCores(e.log)

@@ -198,7 +198,7 @@ func (e *Engine) reset() {
 // (abandon), so a dead peer or a receiver that never posts cannot hang
 // the control path.
 func (e *Engine) lockQuiet(only *qp) {
-	deadline := time.Now().Add(e.quiesceTimeout())
+	deadline := time.Now().Add(e.quiesce)
 	for {
 		e.gate.Lock()
 		busy := e.busyQP(only)
@@ -224,7 +224,7 @@ func (e *Engine) lockQuiet(only *qp) {
 func (e *Engine) lockSuspended() {
 	e.suspending.Store(true)
 	defer e.suspending.Store(false)
-	deadline := time.Now().Add(e.quiesceTimeout())
+	deadline := time.Now().Add(e.quiesce)
 	for {
 		for e.openIncoming() && time.Now().Before(deadline) {
 			sleepBriefly()
@@ -234,7 +234,7 @@ func (e *Engine) lockSuspended() {
 			return
 		}
 		if !time.Now().Before(deadline) {
-			e.log.Warn("peer requests under way outlived the quiesce timeout: cut", "timeout", e.quiesceTimeout())
+			e.log.Warn("peer requests under way outlived the quiesce timeout: cut", "timeout", e.quiesce)
 			return
 		}
 		// One began before it saw suspending.
@@ -257,13 +257,6 @@ func (e *Engine) openIncoming() bool {
 	return false
 }
 
-func (e *Engine) quiesceTimeout() time.Duration {
-	if e.cfg.QuiesceTimeout <= 0 {
-		return DefaultQuiesceTimeout
-	}
-	return e.cfg.QuiesceTimeout
-}
-
 // abandon gives up on q's request in flight: q goes to ERR (QP_FATAL) so
 // no pass starts another, and ending its connection makes the fabric
 // complete the request (flushed) before Disconnect returns. Caller holds
@@ -272,7 +265,7 @@ func (e *Engine) abandon(q *qp) {
 	e.log.Warn("request in flight outlived the quiesce timeout: qp to error", "qpn", q.qpn, "timeout", e.cfg.QuiesceTimeout)
 	e.st.abandoned.Add(1)
 	q.fail(abi.WCWRFlushErr)
-	if e.connector() != nil && q.connected {
+	if e.connector != nil && q.connected {
 		e.endConnections([]*qp{q})
 	}
 }

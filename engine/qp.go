@@ -375,12 +375,12 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 	na.State, na.CurState = 0, 0
 	// A fabric with connections learns of the peer before the QP serves
 	// it; if it refuses, nothing has changed yet.
-	conn, connect, err := e.connection(q, cur, next, mask, &na)
+	conn, connect, err := q.connection(cur, next, mask, &na)
 	if err != nil {
 		return err
 	}
 	if connect {
-		if err := e.connect(conn); err != nil {
+		if err := q.connect(conn); err != nil {
 			return err
 		}
 	}
@@ -405,12 +405,12 @@ func (e *Engine) modifyQP(qpn uint32, mask abi.QPAttrMask, a *abi.QPAttr) error 
 			q.sqdNotify.Store(false)
 		}
 		if connect {
-			e.unconnect(q, conn)
+			q.unconnect(conn)
 		}
 		return statusErr(abi.StatusBadState, "qp %d: moved to %v meanwhile", qpn, now)
 	}
 	if connect {
-		e.setConnection(q, conn)
+		q.setConnection(conn)
 	}
 	e.waker.kick()
 	return nil
