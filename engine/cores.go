@@ -266,7 +266,8 @@ type threadOp struct {
 	done chan struct{}
 }
 
-// polled is an engine's state on its thread.
+// polled is an engine's state on its thread; its methods (loop.go) poll
+// the engine.
 type polled struct {
 	e        *Engine
 	lastWork int64 // engine clock of the last progress
@@ -415,7 +416,7 @@ func (t *dataThread) applyOps() bool {
 func (t *dataThread) round() (work bool) {
 	fell := false
 	for _, p := range t.awake {
-		w, asleep := p.e.pollAwake(p)
+		w, asleep := p.pollAwake()
 		work = work || w
 		if asleep {
 			fell = true
@@ -440,9 +441,9 @@ func (t *dataThread) scanAsleep() {
 	woke := false
 	for _, p := range t.asleep {
 		if p.e.waker.woken() {
-			p.e.leaveIdle(p)
+			p.leaveIdle()
 		} else if p.deadline != 0 && p.e.now() >= p.deadline {
-			p.e.rescanAsleep(p)
+			p.rescanAsleep()
 		}
 		woke = woke || !p.asleep
 	}

@@ -24,8 +24,9 @@ const (
 // The thread polls the engine while there is work, keeps polling for
 // spinFor after the last work, and then runs the engine's half of the
 // doorbell wake-up protocol and stops polling it until Wake, a
-// completion, a retry timer or Stop. These methods are the engine's side
-// of that: each runs on the thread, with the gate taken with TryRLock so
+// completion, a retry timer or Stop. The methods of polled, the engine's
+// state on its thread, are the engine's side of that: each runs on the
+// thread, with the gate taken with TryRLock so
 // that a control change on one engine never blocks the thread's others
 // (a busy gate only means "poll again next round").
 //
@@ -41,7 +42,8 @@ const (
 // nothing, reports asleep with p.deadline set for the earliest retry
 // deadline and the idle poll (SetIdlePoll). Work found by that scan keeps
 // it awake, counted as a wake-up.
-func (e *Engine) pollAwake(p *polled) (work, asleep bool) {
+func (p *polled) pollAwake() (work, asleep bool) {
+	e := p.e
 	if !e.gate.TryRLock() {
 		// A control change holds the gate: poll again next round. Never
 		// fall asleep without the protocol's scan.
@@ -89,7 +91,8 @@ func (e *Engine) pollAwake(p *polled) (work, asleep bool) {
 // announced (so the protocol holds: a doorbell rung meanwhile is either
 // seen by the scan or kicked) and, finding nothing but more waiting, the
 // engine goes straight back to sleep. Work wakes it.
-func (e *Engine) rescanAsleep(p *polled) {
+func (p *polled) rescanAsleep() {
+	e := p.e
 	if !e.gate.TryRLock() {
 		return // its deadline stays passed: the thread tries again
 	}
@@ -110,7 +113,8 @@ func (e *Engine) rescanAsleep(p *polled) {
 // leaveIdle wakes a sleeping engine that was kicked (Wake, a fabric
 // completion, a control change). EngineIdle is cleared by its next pass,
 // under the gate, before it scans.
-func (e *Engine) leaveIdle(p *polled) {
+func (p *polled) leaveIdle() {
+	e := p.e
 	e.waker.sleeping.Store(false)
 	p.wakeups = e.st.wakeups.Add(1)
 	p.clearIdle = true
