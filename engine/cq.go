@@ -138,12 +138,12 @@ func (e *Engine) createCQ(s CQSpec) error {
 	if err := e.checkDoorbell(s.Doorbell); err != nil {
 		return err
 	}
-	ring, err := e.checkRing("cq ring", s.RingAddr, s.Entries, abi.CQESize)
+	ring, err := e.guest.checkRing("cq ring", s.RingAddr, s.Entries, abi.CQESize)
 	if err != nil {
 		return err
 	}
 	c := &cq{e: e, cqn: s.CQN, dbIndex: s.Doorbell, entries: s.Entries, addr: s.RingAddr, ring: ring, ringOK: true}
-	if err := e.pinRing(&c.ringPins, "cq ring", s.RingAddr, uint64(s.Entries)*abi.CQESize); err != nil {
+	if err := e.guest.pinRing(&c.ringPins, "cq ring", s.RingAddr, uint64(s.Entries)*abi.CQESize); err != nil {
 		return err
 	}
 	if e.running {
@@ -167,7 +167,7 @@ func (e *Engine) createCQ(s CQSpec) error {
 // c.
 func (c *cq) bindRecord() {
 	e := c.e
-	rec, ok := e.record(c.dbIndex)
+	rec, ok := e.guest.record(c.dbIndex)
 	c.rec, c.recOK = rec, ok
 	if !ok {
 		// A layout with fewer records than the last one: the CQ cannot
@@ -204,12 +204,12 @@ func (e *Engine) resizeCQ(cqn, entries uint32, ringAddr uint64) error {
 		// while running.
 		return statusErr(abi.StatusBadState, "cq %d: resize while the device is stopped", cqn)
 	}
-	ring, err := e.checkRing("cq ring", ringAddr, entries, abi.CQESize)
+	ring, err := e.guest.checkRing("cq ring", ringAddr, entries, abi.CQESize)
 	if err != nil {
 		return err
 	}
 	var pins pvdma.Hold
-	if err := e.pinRing(&pins, "cq ring", ringAddr, uint64(entries)*abi.CQESize); err != nil {
+	if err := e.guest.pinRing(&pins, "cq ring", ringAddr, uint64(entries)*abi.CQESize); err != nil {
 		return err
 	}
 	defer func() { pins.Release() }() // the old ring's pins on success

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/fabric"
-	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -31,15 +30,8 @@ type Engine struct {
 
 	// Run state: written under mu and gate (exclusive); read by the data
 	// path under gate (shared).
-	mem     *guestmem.Table
 	running bool
-	db      guestmem.View // the whole doorbell region
-	page    guestmem.View // its device page
-	layout  abi.DoorbellLayout
-	// memGen counts the changes after which views of guest memory taken
-	// earlier may be dead (start, stop, SetMemory, Reset): a streamed
-	// request (stream.go) checks it between its steps.
-	memGen uint64
+	guest   guest // its memory and the doorbell region (ring.go)
 
 	// connector is cfg.Fabric's Connector, nil if it keeps no connections
 	// (connect.go).
@@ -103,6 +95,7 @@ func newEngine(cfg Config) *Engine {
 		epoch:  time.Now(),
 		cores:  cfg.Cores,
 	}
+	e.guest.mtt = cfg.MTT
 	e.connector, _ = cfg.Fabric.(fabric.Connector)
 	e.quiesce = cfg.QuiesceTimeout
 	if e.quiesce <= 0 {

@@ -35,7 +35,7 @@ func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.
 	// Stopped: no pass runs and Stop left nothing in flight.
 	e.gate.Lock()
 	defer e.gate.Unlock()
-	e.db, e.page, e.layout = doorbells, page, layout
+	e.guest.db, e.guest.page, e.guest.layout = doorbells, page, layout
 	e.broken.Store(false)
 	e.rebindMemory(mem)
 	// The doorbell region is guest memory in the fallback mode, and a
@@ -66,8 +66,8 @@ func (e *Engine) start(mem *guestmem.Table, doorbells guestmem.View, layout abi.
 // unbindRegion forgets the doorbell region and every record in it.
 // Caller holds gate exclusively.
 func (e *Engine) unbindRegion() {
-	e.memGen++
-	e.db, e.page = guestmem.View{}, guestmem.View{}
+	e.guest.gen++
+	e.guest.db, e.guest.page = guestmem.View{}, guestmem.View{}
 	e.objs.forEachCQ(func(c *cq) { c.rec, c.recOK = guestmem.View{}, false })
 	e.objs.forEachSRQ(func(s *srq) { s.rec, s.recOK = guestmem.View{}, false })
 	for _, q := range e.objs.live() {
@@ -115,15 +115,15 @@ func (e *Engine) setMemory(mem *guestmem.Table) error {
 // Caller holds mu and gate exclusively, so no view from the old table is
 // in use and none survives.
 func (e *Engine) rebindMemory(mem *guestmem.Table) {
-	e.memGen++ // streamed requests hold views of the old table
-	e.mem = mem
+	e.guest.gen++ // streamed requests hold views of the old table
+	e.guest.mem = mem
 	if e.cfg.MTT != nil {
 		if n := e.cfg.MTT.Rebind(mem); n > 0 {
 			e.log.Warn("memory regions lost their guest memory", "count", n)
 		}
 	}
 	e.objs.forEachCQ(func(c *cq) {
-		v, err := e.translateRing("cq ring", c.addr, uint64(c.entries)*abi.CQESize)
+		v, err := e.guest.translateRing("cq ring", c.addr, uint64(c.entries)*abi.CQESize)
 		c.ring, c.ringOK = v, err == nil
 		if err != nil && !c.broken {
 			c.broken = true
@@ -136,11 +136,11 @@ func (e *Engine) rebindMemory(mem *guestmem.Table) {
 	})
 	e.objs.forEachSRQ((*srq).rebind)
 	for _, q := range e.objs.live() {
-		sq, err1 := e.translateRing("send queue", q.sqAddr, uint64(q.sqSize)*uint64(q.sqStride))
+		sq, err1 := e.guest.translateRing("send queue", q.sqAddr, uint64(q.sqSize)*uint64(q.sqStride))
 		var rq guestmem.View
 		var err2 error
 		if q.srq == nil {
-			rq, err2 = e.translateRing("receive queue", q.rqAddr, uint64(q.rqSize)*uint64(q.rqStride))
+			rq, err2 = e.guest.translateRing("receive queue", q.rqAddr, uint64(q.rqSize)*uint64(q.rqStride))
 		}
 		q.sq, q.rq, q.ringsOK = sq, rq, err1 == nil && err2 == nil
 		q.ringPins.Release()
@@ -159,7 +159,7 @@ func (e *Engine) rebindMemory(mem *guestmem.Table) {
 // repinRing pins a ring again where the memory now is. If the budget
 // says no the ring stays usable, unpinned, and the engine says so.
 func (e *Engine) repinRing(h *pvdma.Hold, what string, gpa, size uint64) {
-	if err := e.pinRing(h, what, gpa, size); err != nil {
+	if err := e.guest.pinRing(h, what, gpa, size); err != nil {
 		e.log.Warn("ring not pinned after a memory change", "ring", what, "err", err)
 	}
 }
@@ -171,7 +171,7 @@ func (e *Engine) reset() {
 	old := e.objs.live()
 	e.disconnect(old)
 	e.lockQuiet(nil)
-	e.memGen++
+	e.guest.gen++
 	for _, q := range old {
 		q.gen++
 		q.dropIncomings()

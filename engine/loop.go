@@ -129,9 +129,9 @@ func (e *Engine) storeFlags(flags uint32, wakeups uint64) {
 		return // the page may be what faulted
 	}
 	e.guard(func() {
-		e.page.StoreUint32Release(abi.DevPageOffEngineFlags, flags)
+		e.guest.page.StoreUint32Release(abi.DevPageOffEngineFlags, flags)
 		if wakeups != 0 {
-			e.page.StoreUint64Release(abi.DevPageOffWakeups, wakeups)
+			e.guest.page.StoreUint64Release(abi.DevPageOffWakeups, wakeups)
 		}
 	})
 }

@@ -191,13 +191,13 @@ func (e *Engine) createQP(s QPSpec) error {
 	}
 	sqStride := abi.SendWQEStride(s.MaxSendSGE, s.MaxInlineData)
 	rqStride := abi.RecvWQEStride(s.MaxRecvSGE)
-	sq, err := e.checkRing("send queue", s.SQAddr, s.SQSize, sqStride)
+	sq, err := e.guest.checkRing("send queue", s.SQAddr, s.SQSize, sqStride)
 	if err != nil {
 		return err
 	}
 	var rq guestmem.View
 	if sr == nil {
-		if rq, err = e.checkRing("receive queue", s.RQAddr, s.RQSize, rqStride); err != nil {
+		if rq, err = e.guest.checkRing("receive queue", s.RQAddr, s.RQSize, rqStride); err != nil {
 			return err
 		}
 	}
@@ -205,11 +205,11 @@ func (e *Engine) createQP(s QPSpec) error {
 	// decoded; an anonymous mapping (not the Go heap) so that an inline
 	// payload can travel as a guestmem.View like any other buffer.
 	var ringPins pvdma.Hold
-	if err := e.pinRing(&ringPins, "send queue", s.SQAddr, uint64(s.SQSize)*uint64(sqStride)); err != nil {
+	if err := e.guest.pinRing(&ringPins, "send queue", s.SQAddr, uint64(s.SQSize)*uint64(sqStride)); err != nil {
 		return err
 	}
 	if sr == nil {
-		if err := e.pinRing(&ringPins, "receive queue", s.RQAddr, uint64(s.RQSize)*uint64(rqStride)); err != nil {
+		if err := e.guest.pinRing(&ringPins, "receive queue", s.RQAddr, uint64(s.RQSize)*uint64(rqStride)); err != nil {
 			return err
 		}
 	}
@@ -249,7 +249,7 @@ func (e *Engine) createQP(s QPSpec) error {
 // engine's copy. Caller holds gate exclusively or owns an unpublished q.
 func (q *qp) bindRecord() {
 	e := q.e
-	rec, ok := e.record(q.dbIndex)
+	rec, ok := e.guest.record(q.dbIndex)
 	q.rec, q.recOK = rec, ok
 	if !ok {
 		q.fail(abi.WCFatalErr)

@@ -111,7 +111,7 @@ func (e *Engine) begin(req *fabric.Request, local bool) (*incoming, fabric.Outco
 	} else {
 		in = e.free.get()
 	}
-	in.e, in.q, in.gen, in.qgen, in.released, in.local = e, q, e.memGen, q.gen, false, local
+	in.e, in.q, in.gen, in.qgen, in.released, in.local = e, q, e.guest.gen, q.gen, false, local
 	in.op, in.len, in.srcQPN, in.imm, in.solicited = req.Op, req.Len, req.Src.QPN, req.Imm, req.Solicited
 	in.compare, in.swapAdd = req.Compare, req.SwapAdd
 	begun := false

@@ -15,12 +15,29 @@ func copyEntry(dst []byte, ring guestmem.View, idx, size, stride uint32) {
 	copy(dst, ring.Bytes()[off:off+uint64(stride)])
 }
 
+// guest is what the engine reaches of the guest: its memory table, the
+// doorbell region and its layout, and the MTT that pins the rings. It is
+// Engine run state (written under mu with the gate held exclusively,
+// read by the data path under the gate shared), so nothing translated
+// from it outlives a change unnoticed: gen counts the changes after which
+// views of guest memory taken earlier may be dead (start, stop,
+// SetMemory, Reset), and a streamed request (stream.go) checks it between
+// its steps.
+type guest struct {
+	mtt    *emtt.Table // cfg.MTT
+	mem    *guestmem.Table
+	db     guestmem.View // the whole doorbell region
+	page   guestmem.View // its device page
+	layout abi.DoorbellLayout
+	gen    uint64
+}
+
 // checkRing validates a ring of n entries of stride bytes at gpa for
 // creation: aligned to its stride (so no entry straddles anything and
 // index arithmetic is a mask), wholly inside one guest RAM region, and not
 // overlapping IO memory (the guest-RAM doorbell area), which the device
 // must never DMA into. It returns the ring's view.
-func (e *Engine) checkRing(what string, gpa uint64, n, stride uint32) (guestmem.View, error) {
+func (g *guest) checkRing(what string, gpa uint64, n, stride uint32) (guestmem.View, error) {
 	size := uint64(n) * uint64(stride)
 	if gpa%uint64(stride) != 0 {
 		return guestmem.View{}, statusErr(abi.StatusInvalidArgument, "%s at %#x not aligned to its %d-byte stride", what, gpa, stride)
@@ -28,19 +45,19 @@ func (e *Engine) checkRing(what string, gpa uint64, n, stride uint32) (guestmem.
 	if gpa+size < gpa {
 		return guestmem.View{}, statusErr(abi.StatusBadAddress, "%s [%#x, +%#x) wraps", what, gpa, size)
 	}
-	if e.cfg.MTT != nil && e.cfg.MTT.MemTypeOf(emtt.Span{GPA: gpa, Len: size}) == emtt.MemIO {
+	if g.mtt != nil && g.mtt.MemTypeOf(emtt.Span{GPA: gpa, Len: size}) == emtt.MemIO {
 		return guestmem.View{}, statusErr(abi.StatusBadAddress, "%s [%#x, +%#x) overlaps IO memory", what, gpa, size)
 	}
-	return e.translateRing(what, gpa, size)
+	return g.translateRing(what, gpa, size)
 }
 
 // translateRing maps a ring against the current guest memory table. It is
 // also used to rebind existing rings after the table changed.
-func (e *Engine) translateRing(what string, gpa, size uint64) (guestmem.View, error) {
-	if e.mem == nil {
+func (g *guest) translateRing(what string, gpa, size uint64) (guestmem.View, error) {
+	if g.mem == nil {
 		return guestmem.View{}, statusErr(abi.StatusBadAddress, "%s at %#x: no guest memory yet (SetMemory or Start first)", what, gpa)
 	}
-	v, err := e.mem.Translate(gpa, size)
+	v, err := g.mem.Translate(gpa, size)
 	if err != nil {
 		return guestmem.View{}, statusErr(abi.StatusBadAddress, "%s: %v", what, err)
 	}
@@ -51,11 +68,11 @@ func (e *Engine) translateRing(what string, gpa, size uint64) (guestmem.View, er
 // ring lives: the engine reads WQEs from it and writes CQEs into it all
 // the time, as a NIC would DMA. An engine without a pin cache pins
 // nothing. On error h is released.
-func (e *Engine) pinRing(h *pvdma.Hold, what string, gpa, size uint64) error {
-	if e.cfg.MTT == nil || e.cfg.MTT.Pins() == nil {
+func (g *guest) pinRing(h *pvdma.Hold, what string, gpa, size uint64) error {
+	if g.mtt == nil || g.mtt.Pins() == nil {
 		return nil
 	}
-	if err := e.cfg.MTT.Pins().Acquire(h, gpa, size); err != nil {
+	if err := g.mtt.Pins().Acquire(h, gpa, size); err != nil {
 		h.Release()
 		return statusErr(abi.StatusNoResources, "%s [%#x, +%#x): %v", what, gpa, size, err)
 	}
@@ -67,8 +84,8 @@ func (e *Engine) pinRing(h *pvdma.Hold, what string, gpa, size uint64) error {
 // used by another object. Caller holds mu.
 func (e *Engine) checkDoorbell(idx uint32) error {
 	max := e.limits.DoorbellRecords()
-	if e.running && uint64(e.layout.Records) < max {
-		max = uint64(e.layout.Records)
+	if e.running && uint64(e.guest.layout.Records) < max {
+		max = uint64(e.guest.layout.Records)
 	}
 	if uint64(idx) >= max {
 		return statusErr(abi.StatusInvalidArgument, "doorbell record %d outside %d records", idx, max)
@@ -82,12 +99,12 @@ func (e *Engine) checkDoorbell(idx uint32) error {
 // record returns the view of doorbell record idx in the bound region, or
 // false if the layout has no such record. Caller holds gate exclusively
 // (or the engine is not running yet).
-func (e *Engine) record(idx uint32) (guestmem.View, bool) {
-	off, ok := e.layout.RecordOffset(idx)
+func (g *guest) record(idx uint32) (guestmem.View, bool) {
+	off, ok := g.layout.RecordOffset(idx)
 	if !ok {
 		return guestmem.View{}, false
 	}
-	v, err := e.db.Sub(off, uint64(e.layout.RecordSize))
+	v, err := g.db.Sub(off, uint64(g.layout.RecordSize))
 	if err != nil || v.Len() < 16 {
 		return guestmem.View{}, false
 	}

@@ -133,7 +133,7 @@ func (e *Engine) createSRQ(sp SRQSpec) error {
 		return err
 	}
 	stride := abi.RecvWQEStride(sp.MaxSGE)
-	ring, err := e.checkRing("srq ring", sp.RingAddr, sp.Size, stride)
+	ring, err := e.guest.checkRing("srq ring", sp.RingAddr, sp.Size, stride)
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func (e *Engine) createSRQ(sp SRQSpec) error {
 		e: e, srqn: sp.SRQN, pdn: sp.PDN, dbIndex: sp.Doorbell, size: sp.Size, maxSGE: sp.MaxSGE,
 		stride: stride, addr: sp.RingAddr, ring: ring, ringOK: true, limit: sp.Limit,
 	}
-	if err := e.pinRing(&s.ringPins, "srq ring", sp.RingAddr, uint64(sp.Size)*uint64(stride)); err != nil {
+	if err := e.guest.pinRing(&s.ringPins, "srq ring", sp.RingAddr, uint64(sp.Size)*uint64(stride)); err != nil {
 		return err
 	}
 	if e.running {
@@ -161,7 +161,7 @@ func (e *Engine) createSRQ(sp SRQSpec) error {
 // exclusively or owns an unpublished s.
 func (s *srq) bindRecord() {
 	e := s.e
-	rec, ok := e.record(s.dbIndex)
+	rec, ok := e.guest.record(s.dbIndex)
 	s.rec, s.recOK = rec, ok
 	if !ok {
 		return // take reports it as broken to every QP that needs it
@@ -247,7 +247,7 @@ func (e *Engine) destroySRQ(srqn uint32) error {
 func (s *srq) rebind() {
 	e := s.e
 	size := uint64(s.size) * uint64(s.stride)
-	v, err := e.translateRing("srq ring", s.addr, size)
+	v, err := e.guest.translateRing("srq ring", s.addr, size)
 	s.ring, s.ringOK = v, err == nil
 	s.ringPins.Release()
 	if err != nil {

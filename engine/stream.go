@@ -49,7 +49,7 @@ type incoming struct {
 
 // inState is an incoming's own state, cleared whole between requests.
 type inState struct {
-	// gen and qgen are Engine.memGen and qp.gen at Begin.
+	// gen and qgen are guest.gen and qp.gen at Begin.
 	gen, qgen uint64
 	// local: from the in-process fabric, served whole by respond. It is
 	// then its QP's own incoming and holds the QP's rmu (see begin).
@@ -171,7 +171,7 @@ func (in *incoming) drop() {
 // destroyed. Caller holds the gate shared.
 func (in *incoming) live() bool {
 	e := in.e
-	return e.running && !e.broken.Load() && e.memGen == in.gen && in.q.gen == in.qgen
+	return e.running && !e.broken.Load() && e.guest.gen == in.gen && in.q.gen == in.qgen
 }
 
 // guard runs fn, which touches guest memory, and reports false if it
