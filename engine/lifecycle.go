@@ -273,15 +273,14 @@ func (e *Engine) abandon(q *qp) {
 // busyQP returns only (or, if only is nil, any QP) if it has a request in
 // flight (posted, not completed), else nil.
 func (e *Engine) busyQP(only *qp) *qp {
-	busy := func(q *qp) bool { return q.inflight.Load() && q.outcome.Load() == 0 }
 	if only != nil {
-		if busy(only) {
+		if only.onFabric() {
 			return only
 		}
 		return nil
 	}
 	for _, q := range e.objs.live() {
-		if busy(q) {
+		if q.onFabric() {
 			return q
 		}
 	}

@@ -39,6 +39,8 @@ type qp struct {
 	rec     guestmem.View
 	recOK   bool
 	started bool // record zeroed once
+	// ringPins hold the SQ's and RQ's memory while the QP lives (mu).
+	ringPins pvdma.Hold
 
 	state qpState // who may change it, and how: qpstate.go
 	// attr is an immutable snapshot, replaced whole by ModifyQP, so the
@@ -46,8 +48,27 @@ type qp struct {
 	attr      atomic.Pointer[abi.QPAttr]
 	sqdNotify atomic.Bool // emit SQ_DRAINED once the SQ is drained in SQD
 
-	// Requester state: the engine goroutine only (and the control path
-	// with gate exclusive).
+	sendState // the requester's (requester.go)
+	recvState // the responders' (responder.go)
+
+	// gen is bumped, with the gate held exclusively, when the QP is reset
+	// or destroyed: its streamed requests check it (stream.go).
+	gen uint64
+	// closing is set while the control path resets or destroys the QP:
+	// passes leave it alone, so that the requests Disconnect flushes do
+	// not turn into error completions and events for a QP on its way out.
+	closing atomic.Bool
+	// conn is the connection last made with the fabric's Connector, if
+	// connected (mu).
+	conn      fabric.Connection
+	connected bool
+}
+
+// sendState is a QP's requester state: the engine's thread only (and
+// the control path with the gate held exclusively), except the atomics.
+// The head WQE, copied and decoded, stays the head through its retries
+// until retire; it is the one request in flight (requester.go).
+type sendState struct {
 	req       fabric.Request
 	wqe       abi.SendWQE // decoded head WQE
 	sqCons    uint32
@@ -59,14 +80,27 @@ type qp struct {
 	waitUntil int64  // engine clock; 0 = not waiting
 	views     []guestmem.View
 	hold      pvdma.Hold    // pins of views while the request is in flight
-	ringPins  pvdma.Hold    // the SQ's and RQ's memory, while the QP lives (mu)
 	inflight  atomic.Bool   // posted, not yet completed (asynchronous fabrics)
 	posting   atomic.Bool   // the engine goroutine is inside Fabric.Post (see Complete)
 	busy      atomic.Bool   // head, published for QUERY_QP (sq_draining)
 	outcome   atomic.Uint32 // fabric.Outcome+1 once completed, 0 before
+}
 
-	// Responder state, guarded by rmu: responders for this QP may run on
-	// several goroutines, and the engine goroutine flushes the RQ.
+// setHead records whether the WQE at sqCons has been taken, and publishes
+// it for the control path.
+func (s *sendState) setHead(h bool) {
+	s.head = h
+	s.busy.Store(h)
+}
+
+// onFabric reports whether a request is posted and not completed: the
+// fabric may still be copying from or into its memory.
+func (s *sendState) onFabric() bool { return s.inflight.Load() && s.outcome.Load() == 0 }
+
+// recvState is a QP's responder state, guarded by rmu: responders for the
+// QP may run on several goroutines, and the engine's thread flushes the
+// RQ.
+type recvState struct {
 	rmu    sync.Mutex
 	rqCons uint32
 	rbuf   []byte // copy of the RQ's receive WQE being looked at
@@ -82,18 +116,6 @@ type qp struct {
 	// responses counts the committed READs of peers whose response may
 	// still be resent (stream.go, Finish).
 	responses atomic.Int32
-
-	// gen is bumped, with the gate held exclusively, when the QP is reset
-	// or destroyed: its streamed requests check it (stream.go).
-	gen uint64
-	// closing is set while the control path resets or destroys the QP:
-	// passes leave it alone, so that the requests Disconnect flushes do
-	// not turn into error completions and events for a QP on its way out.
-	closing atomic.Bool
-	// conn is the connection last made with the fabric's Connector, if
-	// connected (mu).
-	conn      fabric.Connection
-	connected bool
 }
 
 // Complete implements fabric.Completer. It may run on any goroutine,
@@ -116,13 +138,6 @@ func (q *qp) srqn() uint32 {
 		return 0
 	}
 	return q.srq.srqn
-}
-
-// setHead records whether the WQE at sqCons has been taken, and publishes
-// it for the control path.
-func (q *qp) setHead(h bool) {
-	q.head = h
-	q.busy.Store(h)
 }
 
 // fail moves q to ERR because of a data-path error with work
@@ -222,11 +237,10 @@ func (e *Engine) createQP(s QPSpec) error {
 		e: e, qpn: s.QPN, pdn: s.PDN, sigAll: s.SigAll, scq: scq, rcq: rcq, dbIndex: s.Doorbell,
 		sqSize: s.SQSize, rqSize: s.RQSize, maxSendSGE: s.MaxSendSGE, maxRecvSGE: s.MaxRecvSGE,
 		maxInline: s.MaxInlineData, sqAddr: s.SQAddr, rqAddr: s.RQAddr, sqStride: sqStride, rqStride: rqStride,
-		scratch: scratch, wqeBuf: scratch.View(), sq: sq, rq: rq, ringsOK: true, srq: sr,
-		views:    make([]guestmem.View, 0, s.MaxSendSGE+4),
-		rbuf:     make([]byte, rqStride),
-		ringPins: ringPins,
+		scratch: scratch, wqeBuf: scratch.View(), sq: sq, rq: rq, ringsOK: true, srq: sr, ringPins: ringPins,
 	}
+	q.views = make([]guestmem.View, 0, s.MaxSendSGE+4)
+	q.rbuf = make([]byte, rqStride)
 	q.attr.Store(&abi.QPAttr{})
 	if e.running {
 		if err := touchGuest(fmt.Sprintf("qp %d: doorbell record", s.QPN), func() { q.bindRecord() }); err != nil {
@@ -460,7 +474,7 @@ func (e *Engine) resetQP(q *qp) {
 // fabric completes before Post returns, so this never waits for it.
 func (q *qp) waitIdle(deadline time.Time) bool {
 	e := q.e
-	for q.inflight.Load() && q.outcome.Load() == 0 {
+	for q.onFabric() {
 		if time.Now().After(deadline) {
 			return false
 		}

@@ -356,21 +356,21 @@ func (in *incoming) release(recycle bool) {
 	}
 }
 
-// link adds in to q's open Incomings. Caller holds rmu.
-func (q *qp) link(in *incoming) {
-	in.prev, in.next, in.listed = nil, q.open, true
-	if q.open != nil {
-		q.open.prev = in
+// link adds in to the open Incomings. Caller holds rmu.
+func (r *recvState) link(in *incoming) {
+	in.prev, in.next, in.listed = nil, r.open, true
+	if r.open != nil {
+		r.open.prev = in
 	}
-	q.open = in
+	r.open = in
 }
 
-// unlink removes in from q's open Incomings. Caller holds rmu.
-func (q *qp) unlink(in *incoming) {
+// unlink removes in from the open Incomings. Caller holds rmu.
+func (r *recvState) unlink(in *incoming) {
 	if in.prev != nil {
 		in.prev.next = in.next
 	} else {
-		q.open = in.next
+		r.open = in.next
 	}
 	if in.next != nil {
 		in.next.prev = in.prev
