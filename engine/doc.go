@@ -8,10 +8,16 @@
 //
 // A started engine's requester side (stop and wait, one request per QP
 // in flight) runs on a data-path thread (Cores) that polls it among the
-// engines placed there; responders run on the fabric's goroutine. The control path (package device) changes QPs and CQs only
-// through Engine's methods, which return once the change is in force.
-// A busy answer (fabric.OutcomeBusy) is retried after 20 µs and costs a
-// retry only when it lasts a whole timeout.
+// engines placed there; responders run on the fabric's goroutine. The
+// control path (package device) changes QPs and CQs only through
+// Engine's methods, which return once the change is in force. A busy
+// answer (fabric.OutcomeBusy) is retried after 20 µs and costs a retry
+// only when it lasts a whole timeout.
+//
+// Layout: Engine (api.go, lifecycle.go) holds objects (objects.go),
+// guest (ring.go) and waker (waker.go); a qp owns its state word
+// (qpstate.go) and its requester (requester.go, flush.go) and responder
+// (responder.go, stream.go) state; cq and srq own their rings.
 //
 // The rationale (the gate and lock order, why a responder only tries
 // the gate, the responder's steps, retries, errors, the idle
