@@ -262,7 +262,7 @@ func (e *Engine) openIncoming() bool {
 // complete the request (flushed) before Disconnect returns. Caller holds
 // mu, not the gate.
 func (e *Engine) abandon(q *qp) {
-	e.log.Warn("request in flight outlived the quiesce timeout: qp to error", "qpn", q.qpn, "timeout", e.cfg.QuiesceTimeout)
+	e.log.Warn("request in flight outlived the quiesce timeout: qp to error", "qpn", q.qpn, "timeout", e.quiesce)
 	e.st.abandoned.Add(1)
 	q.fail(abi.WCWRFlushErr)
 	if e.connector != nil && q.connected {
