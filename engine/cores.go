@@ -28,17 +28,12 @@ import (
 // host, to everything else: spinning threads never starve each other or
 // the runtime. Without processors to spare (a 2-core host), Cores fall
 // back to what the engines did before: a goroutine per engine that
-// yields between polls.
-//
-// GOMAXPROCS above the CPUs the process may run on leaves processors but
-// no cores to spare: the threads are still dedicated, but a round that
-// found nothing ends with sched_yield, so a thread never holds a core
-// the kernel's network path or another thread is waiting for.
+// yields between polls. By default the spare processors must be cores
+// too: GOMAXPROCS above the CPUs the process may run on leaves a
+// spinning thread holding a core the kernel's network path waits for.
 type Cores struct {
 	log       *slog.Logger
 	dedicated bool
-	// polite: dedicated, but sharing cores (see above).
-	polite bool
 
 	mu      sync.Mutex
 	threads []*dataThread
@@ -107,19 +102,23 @@ func NewCores(cfg CoresConfig) (*Cores, error) {
 		}
 	}
 	c := &Cores{log: log, dedicated: !cfg.Shared}
-	if procs := runtime.GOMAXPROCS(0); c.dedicated && procs < n+spareProcs {
-		// Only an operator's explicit choice is worth a warning: on a
-		// small host the default is expected to fall back.
+	// An explicit thread count or CPU list is the caller's choice, held
+	// to the processors only; the default also to the cores (above).
+	explicit := cfg.Threads > 0 || len(cpus) > 0
+	procs := runtime.GOMAXPROCS(0)
+	if !explicit {
+		procs = min(procs, runtime.NumCPU())
+	}
+	if c.dedicated && procs < n+spareProcs {
+		// Only an explicit choice is worth a warning: on a small host
+		// the default is expected to fall back.
 		say := log.Info
-		if cfg.Threads > 0 || len(cpus) > 0 {
+		if explicit {
 			say = log.Warn
 		}
-		say("too few processors for dedicated data-path threads: each engine polls from a yielding goroutine instead", "threads", n, "gomaxprocs", procs)
+		say("too few processors for dedicated data-path threads: each engine polls from a yielding goroutine instead",
+			"threads", n, "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
 		c.dedicated = false
-	}
-	if cpus := runtime.NumCPU(); c.dedicated && len(cfg.CPUs) == 0 && cpus < n+spareProcs {
-		c.polite = true
-		log.Info("more processors than cores: data-path threads yield their core between rounds that find nothing", "threads", n, "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", cpus)
 	}
 	for i := range n {
 		if !c.dedicated {
@@ -142,22 +141,14 @@ func privateCores(log *slog.Logger) *Cores { return &Cores{log: log} }
 // Dedicated reports whether the threads hold OS threads and spin.
 func (c *Cores) Dedicated() bool { return c.dedicated }
 
-// Mode names how the threads poll: "dedicated" (spinning), "polite"
-// (dedicated, yielding the core between empty rounds) or "yielding" (a
-// goroutine per engine).
+// Mode names how the threads poll: "dedicated" (spinning on OS threads
+// of their own) or "yielding" (a goroutine per engine).
 func (c *Cores) Mode() string {
-	switch {
-	case c.polite:
-		return "polite"
-	case c.dedicated:
+	if c.dedicated {
 		return "dedicated"
 	}
 	return "yielding"
 }
-
-// Polite reports whether dedicated threads yield their core to the
-// kernel between rounds that find nothing (GOMAXPROCS above the CPUs).
-func (c *Cores) Polite() bool { return c.polite }
 
 // ThreadStats is one data-path thread's account.
 type ThreadStats struct {
@@ -338,16 +329,11 @@ func (t *dataThread) run() {
 				t.busySince.Store(time.Now().UnixNano())
 			}
 			if !t.round() {
-				switch {
-				case t.c.polite:
-					// A system call rather than a raw one: if the kernel
-					// runs others meanwhile, sysmon may hand our P on.
-					unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-				case t.c.dedicated:
+				if t.c.dedicated {
 					for range spinPause {
 						t.kicked.Load()
 					}
-				default:
+				} else {
 					runtime.Gosched()
 				}
 			}

@@ -81,7 +81,7 @@ func New(src Source) *Collector {
 			"BUSY NAKs, by direction: sent for data a device in a control change could not take, received from such a peer (the sender waits and probes; it is not a loss).", "direction"),
 		fabricTimeouts: desc("fabric_timeouts_total", "Retransmission timeouts."),
 		dataThreads: desc("data_threads",
-			"Threads polling the devices' engines, by mode: dedicated (spinning on their own OS thread), polite (dedicated, yielding the core between empty rounds: more processors than CPUs), yielding (a goroutine per engine: too few processors).", "mode"),
+			"Threads polling the devices' engines, by mode: dedicated (spinning on OS threads of their own), yielding (a goroutine per engine: too few cores or processors to spare).", "mode"),
 		threadBusy: desc("data_thread_busy_seconds_total",
 			"Time a dedicated data-path thread spent polling with an engine awake: the CPU it burned (rate() of it is the thread's busy ratio).", "thread", "cpu"),
 		threadEngines: desc("data_thread_engines", "Engines placed on a dedicated data-path thread.", "thread", "cpu"),
@@ -183,7 +183,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 func (c *Collector) collectThreads(ch chan<- prometheus.Metric) {
 	mode, threads := c.src.DataThreads()
 	ch <- prometheus.MustNewConstMetric(c.dataThreads, prometheus.GaugeValue, float64(len(threads)), mode)
-	if mode == "yielding" {
+	if mode != "dedicated" {
 		return
 	}
 	for i, t := range threads {

@@ -90,8 +90,8 @@ func addProcs(ctx context.Context, s *suite, o options, r *report, stderr io.Wri
 }
 
 // procsList is the report's --procs: 2, 4, 8 and 16, up to twice the
-// CPUs (on a 2-core machine 2 and 4: more processors than cores is what
-// the polite data-path threads are for).
+// CPUs (on a 2-core machine 2 and 4: more processors than cores, where
+// the Go scheduler used to decide the data path's latency).
 func procsList() string {
 	out := []string{"2"}
 	for p := 4; p <= 16 && p <= 2*runtime.NumCPU(); p *= 2 {

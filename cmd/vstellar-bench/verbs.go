@@ -331,8 +331,5 @@ func dataThreadsNote() string {
 	if !c.Dedicated() {
 		return "a yielding data-path goroutine per engine (too few processors for dedicated threads)"
 	}
-	if c.Polite() {
-		return fmt.Sprintf("%d dedicated data-path thread(s), yielding the core between empty rounds (%d CPUs)", len(c.Stats()), runtime.NumCPU())
-	}
 	return fmt.Sprintf("%d dedicated data-path thread(s)", len(c.Stats()))
 }

@@ -44,6 +44,9 @@ type Options struct {
 	// (daemon.Config.ListenIn). See Pair for two hosts made so.
 	Fabric   *daemon.FabricSpec
 	ListenIn func(open func() error) error
+	// DataCores, for an in-process daemon, are the CPUs its data path
+	// polls from (daemon.Config.DataCores; empty: the default threads).
+	DataCores daemon.CPUList
 	// RunDir, for an in-process daemon, is its run directory, kept on
 	// Close; empty makes a temporary one, removed on Close. A daemon
 	// started again on the same RunDir serves devices of the same names
@@ -75,7 +78,7 @@ func New(ctx context.Context, o Options) (*Host, error) {
 		cfg := daemon.DefaultConfig()
 		cfg.RunDir = dir
 		cfg.Factory = daemon.StellarDevice
-		cfg.Fabric, cfg.ListenIn = o.Fabric, o.ListenIn
+		cfg.Fabric, cfg.ListenIn, cfg.DataCores = o.Fabric, o.ListenIn, o.DataCores
 		m, err := daemon.New(cfg, log)
 		if err != nil {
 			removeDir()
