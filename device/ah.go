@@ -11,7 +11,7 @@ func (d *Device) checkAV(a *abi.AHAttr) error {
 	switch {
 	case a.Port != 0 && a.Port != portNum:
 		return fail(abi.StatusInvalidArgument, "address vector port %d", a.Port)
-	case !d.gidPresent(a.SGIDIndex):
+	case !d.gids.present(a.SGIDIndex):
 		return fail(abi.StatusInvalidArgument, "address vector source GID index %d is empty", a.SGIDIndex)
 	case a.DGID == (abi.GID{}):
 		return fail(abi.StatusInvalidArgument, "address vector without a destination GID")

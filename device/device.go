@@ -85,11 +85,8 @@ type Device struct {
 	limits abi.Limits
 	guid   uint64
 	gid0   abi.GID
-	// gidPrefix is the host's /64 (Config.GIDPrefix): its GIDs are the
-	// devices' own, like link-local ones.
-	gidPrefix netip.Prefix
-	db        *shmregion.Region
-	layout    abi.DoorbellLayout
+	db     *shmregion.Region
+	layout abi.DoorbellLayout
 	// attr is the QUERY_DEVICE response payload; fixed at New.
 	attr []byte
 
@@ -97,11 +94,7 @@ type Device struct {
 	pins *pvdma.Cache
 	mtt  *emtt.Table
 	eng  *engine.Engine
-	// unregGID0 takes GID index 0 off the fabric (at Close).
-	unregGID0 func()
-	// gidSnap is a copy of the GID table (zero GID = empty entry) that
-	// the engine reads for every request it sends (sourceGID).
-	gidSnap atomic.Pointer[[]abi.GID]
+	gids gidTable
 
 	// status is the config space status word (abi.ConfigStatus* bits).
 	status atomic.Uint32
@@ -188,8 +181,8 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 		pins:   pins,
 		mtt:    emtt.New(limits.MaxMR, pins),
 	}
-	d.gidPrefix = cmp.Or(cfg.GIDPrefix, linkLocalPrefix)
-	d.gid0 = deviceGID(d.gidPrefix, d.guid)
+	prefix := cmp.Or(cfg.GIDPrefix, linkLocalPrefix)
+	d.gid0 = deviceGID(prefix, d.guid)
 	d.eng = engine.New(engine.Config{
 		Name:      cfg.Name,
 		Log:       d.log,
@@ -198,13 +191,12 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 		Fabric:    fab,
 		GID:       d.gid0,
 		Tenant:    cfg.Tenant,
-		SourceGID: d.sourceGID,
+		SourceGID: d.gids.source,
 		Events:    d.postEvent,
 		Cores:     cfg.Cores,
 	})
-	d.o.init(limits, d.gid0)
-	d.publishGIDs()
-	d.unregGID0, err = fab.Register(d.gid0, d.eng)
+	d.o.init(limits)
+	err = d.gids.init(limits.MaxGID, d.gid0, prefix, fab, d.eng)
 	if err != nil {
 		db.Close()
 		pins.Close()
@@ -264,10 +256,10 @@ func (d *Device) Close() error {
 	d.omu.Lock()
 	d.stopEngineLocked()
 	d.resetObjectsLocked()
+	d.gids.dropGuests(true)
 	d.o.closed = true
 	d.pins.Close() // unpins what is left before the memory goes
 	d.omu.Unlock()
-	d.unregGID0()
 	d.closed = true
 	if err := d.db.Close(); err != nil {
 		return fmt.Errorf("device %q: %w", d.name, err)

@@ -46,15 +46,6 @@ type ah struct {
 	attr abi.AHAttr
 }
 
-// gidEntry is one GID table entry; typ GIDTypeNone means empty.
-type gidEntry struct {
-	gid        abi.GID
-	typ, flags uint32
-	// unregister takes a guest-added GID off the fabric (nil for the
-	// device's own entry, which the device registers for its lifetime).
-	unregister func()
-}
-
 // objects is everything a driver builds on the device, guarded by
 // Device.omu.
 type objects struct {
@@ -63,7 +54,6 @@ type objects struct {
 	qps  slots[qp]
 	srqs slots[srq]
 	ahs  slots[ah]
-	gids []gidEntry // len MaxGID; [0] is the device's
 	// mrExtraSpans is the span budget the live MRs use (see
 	// extraSpanBudget); the MRs themselves live in the emtt table.
 	mrExtraSpans uint64
@@ -89,36 +79,12 @@ type objects struct {
 	closed bool
 }
 
-func (o *objects) init(l abi.Limits, gid0 abi.GID) {
+func (o *objects) init(l abi.Limits) {
 	o.pds = newSlots[pd](l.MaxPD)
 	o.cqs = newSlots[cq](l.MaxCQ)
 	o.qps = newSlots[qp](l.MaxQP)
 	o.srqs = newSlots[srq](l.MaxSRQ)
 	o.ahs = newSlots[ah](l.MaxAH)
-	o.gids = make([]gidEntry, l.MaxGID)
-	o.gids[0] = gidEntry{gid: gid0, typ: abi.GIDTypeRoCE2, flags: abi.GIDFlagDevice}
-}
-
-// publishGIDs stores a copy of the GID table for the engine's lock-free
-// source-GID lookups (sourceGID). Called with omu held after every change.
-func (d *Device) publishGIDs() {
-	snap := make([]abi.GID, len(d.o.gids))
-	for i, g := range d.o.gids {
-		if g.typ != abi.GIDTypeNone {
-			snap[i] = g.gid
-		}
-	}
-	d.gidSnap.Store(&snap)
-}
-
-// sourceGID is the engine's Config.SourceGID: the GID at index now, if
-// any. Lock-free: it runs for every request the engine sends.
-func (d *Device) sourceGID(index uint8) (abi.GID, bool) {
-	snap := d.gidSnap.Load()
-	if snap == nil || int(index) >= len(*snap) || (*snap)[index] == (abi.GID{}) {
-		return abi.GID{}, false
-	}
-	return (*snap)[index], true
 }
 
 // Handle <-> slot conversions. A hostile handle converts to a slot that
@@ -157,13 +123,7 @@ func (d *Device) resetObjectsLocked() {
 	d.o.qps.clear()
 	d.o.srqs.clear()
 	d.o.ahs.clear()
-	for i := 1; i < len(d.o.gids); i++ {
-		if g := &d.o.gids[i]; g.unregister != nil {
-			g.unregister()
-		}
-		d.o.gids[i] = gidEntry{}
-	}
-	d.publishGIDs()
+	d.gids.dropGuests(false)
 	d.ev.clear()
 	if err := d.db.Zero(); err != nil {
 		d.log.Error("clearing doorbell region", "err", err)
@@ -186,11 +146,7 @@ func (d *Device) Objects() Objects {
 	n := Objects{
 		PDs: int(d.o.pds.len()), CQs: int(d.o.cqs.len()), QPs: int(d.o.qps.len()),
 		SRQs: int(d.o.srqs.len()), AHs: int(d.o.ahs.len()), MRs: d.mtt.Len(),
-	}
-	for _, g := range d.o.gids {
-		if g.typ != abi.GIDTypeNone {
-			n.GIDs++
-		}
+		GIDs: d.gids.live(),
 	}
 	return n
 }
