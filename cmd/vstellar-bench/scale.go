@@ -78,28 +78,11 @@ func verbsScaling(ctx context.Context, host *hostsim.Host, o options, r *report)
 	fig := r.lines("pairs", "Aggregate RDMA WRITE (1 MiB) against VM pairs writing at once", "VM pairs", "Gb/s")
 	var base float64
 	for _, kk := range o.pairs {
-		var bestW, bestM, cpu time.Duration
-		for round := range bwRounds {
-			m := parallelMemcpy(bufs[:2*kk], n)
-			c0, err := cpuTime()
-			if err != nil {
-				return err
-			}
-			w, err := parallelWrites(ctx, senders[:kk], receivers[:kk], n)
-			if err != nil {
-				return fmt.Errorf("%d pairs: %w", kk, err)
-			}
-			c1, err := cpuTime()
-			if err != nil {
-				return err
-			}
-			cpu += c1 - c0
-			if round == 0 || w < bestW {
-				bestW = w
-			}
-			if round == 0 || m < bestM {
-				bestM = m
-			}
+		bestW, bestM, cpu, err := bestOfRounds(
+			func() time.Duration { return parallelMemcpy(bufs[:2*kk], n) },
+			func() (time.Duration, error) { return parallelWrites(ctx, senders[:kk], receivers[:kk], n) })
+		if err != nil {
+			return fmt.Errorf("%d pairs: %w", kk, err)
 		}
 		total := uint64(kk) * uint64(n) * scaleSize
 		wg, mg := gbps(total, bestW), gbps(total, bestM)

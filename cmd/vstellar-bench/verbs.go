@@ -111,28 +111,11 @@ func runVerbs(ctx context.Context, o options, r *report) error {
 	fig.logX = true
 	for _, size := range sizes {
 		n := int(max(perSize/size, 64))
-		var bestW, bestM, cpu time.Duration
-		for round := range bwRounds {
-			m := memcpyRate(src.View().Bytes(), dst.View().Bytes(), size, n)
-			c0, err := cpuTime()
-			if err != nil {
-				return err
-			}
-			w, err := a.writeBandwidth(ctx, b, size, n)
-			if err != nil {
-				return fmt.Errorf("WRITE %s: %w", sizeName(size), err)
-			}
-			c1, err := cpuTime()
-			if err != nil {
-				return err
-			}
-			cpu += c1 - c0
-			if round == 0 || w < bestW {
-				bestW = w
-			}
-			if round == 0 || m < bestM {
-				bestM = m
-			}
+		bestW, bestM, cpu, err := bestOfRounds(
+			func() time.Duration { return memcpyRate(src.View().Bytes(), dst.View().Bytes(), size, n) },
+			func() (time.Duration, error) { return a.writeBandwidth(ctx, b, size, n) })
+		if err != nil {
+			return fmt.Errorf("WRITE %s: %w", sizeName(size), err)
 		}
 		total := size * uint64(n)
 		wg, mg := gbps(total, bestW), gbps(total, bestM)
@@ -201,6 +184,35 @@ func newVerbsSide(ctx context.Context, host *hostsim.Host, name string) (*verbsS
 	}
 	s.mr, err = s.pd.RegMR(ctx, s.buf, abi.AccessLocalWrite|abi.AccessRemoteWrite|abi.AccessRemoteRead)
 	return s, err
+}
+
+// bestOfRounds measures memcpy and then write, bwRounds times
+// alternately, and returns the best (shortest) of each and the process's
+// CPU time over the writes.
+func bestOfRounds(memcpy func() time.Duration, write func() (time.Duration, error)) (bestW, bestM, cpu time.Duration, err error) {
+	for round := range bwRounds {
+		m := memcpy()
+		c0, err := cpuTime()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		w, err := write()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		c1, err := cpuTime()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		cpu += c1 - c0
+		if round == 0 || w < bestW {
+			bestW = w
+		}
+		if round == 0 || m < bestM {
+			bestM = m
+		}
+	}
+	return bestW, bestM, cpu, nil
 }
 
 // writeBandwidth posts n signalled WRITEs of size bytes from s into peer,
