@@ -233,11 +233,11 @@ func (d *Device) queryDevice(c *cmd, _ []byte) ([]byte, error) {
 // back up on the cleared doorbells; in the guest-RAM fallback it waits
 // for the next SET_DOORBELL_AREA.
 func (d *Device) resetStateCmd(c *cmd, _ []byte) ([]byte, error) {
-	d.stopEngineLocked()
+	d.dbs.stop()
 	d.resetObjectsLocked()
-	d.o.lastMode = d.o.mode
-	if d.o.mode == DoorbellShmem {
-		if err := d.startEngineLocked(d.o.mem, d.db.View()); err != nil {
+	d.dbs.lastMode = d.dbs.mode
+	if d.dbs.mode == DoorbellShmem {
+		if err := d.dbs.start(d.mem, d.db.View()); err != nil {
 			return nil, fail(abi.StatusDeviceError, "restarting the engine: %v", err)
 		}
 	}

@@ -18,7 +18,7 @@ func (d *Device) createCQ(c *cmd, payload []byte) ([]byte, error) {
 	if err := d.limits.CheckCQEntries(r.Entries); err != nil {
 		return nil, err
 	}
-	if err := d.needDoorbells(); err != nil {
+	if err := d.dbs.need(); err != nil {
 		return nil, err
 	}
 	slot, ok := d.o.cqs.add(&cq{})

@@ -123,9 +123,13 @@ type Device struct {
 		cmd  cmd
 	}
 
-	// omu guards o. Lock order: mu, then run, then omu.
+	// omu guards o, dbs and mem. Lock order: mu, then run, then omu.
 	omu sync.Mutex
 	o   objects
+	dbs doorbells
+	// mem is the guest memory the MRs are bound to (and the engine runs
+	// on).
+	mem *guestmem.Table
 
 	ev eventQueue
 
@@ -196,6 +200,7 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 		Cores:     cfg.Cores,
 	})
 	d.o.init(limits)
+	d.dbs = doorbells{eng: d.eng, layout: layout}
 	err = d.gids.init(limits.MaxGID, d.gid0, prefix, fab, d.eng)
 	if err != nil {
 		db.Close()
@@ -254,7 +259,7 @@ func (d *Device) Close() error {
 	}
 	d.stopLocked()
 	d.omu.Lock()
-	d.stopEngineLocked()
+	d.dbs.stop()
 	d.resetObjectsLocked()
 	d.gids.dropGuests(true)
 	d.o.closed = true

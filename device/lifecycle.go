@@ -10,49 +10,11 @@ import (
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
-// DoorbellMode says where the guest's doorbells live while the device is
-// active.
-type DoorbellMode int
-
-const (
-	// DoorbellNone: the device is not active.
-	DoorbellNone DoorbellMode = iota
-	// DoorbellShmem: the doorbell region is mapped at shmid 0.
-	DoorbellShmem
-	// DoorbellGuestRAM: the fallback; the driver registers a doorbell
-	// area in guest RAM with SET_DOORBELL_AREA, which the device will tag
-	// as IO memory and never pin.
-	DoorbellGuestRAM
-)
-
-func (m DoorbellMode) String() string {
-	switch m {
-	case DoorbellNone:
-		return "none"
-	case DoorbellShmem:
-		return "shmem"
-	case DoorbellGuestRAM:
-		return "guest-ram"
-	}
-	return fmt.Sprintf("DoorbellMode(%d)", int(m))
-}
-
-// statusBits is the config status word for a mode.
-func (m DoorbellMode) statusBits() uint32 {
-	switch m {
-	case DoorbellShmem:
-		return abi.ConfigStatusDoorbellShmem
-	case DoorbellGuestRAM:
-		return abi.ConfigStatusDoorbellGuestRAM
-	}
-	return 0
-}
-
 // DoorbellMode reports the current doorbell mode.
 func (d *Device) DoorbellMode() DoorbellMode {
 	d.omu.Lock()
 	defer d.omu.Unlock()
-	return d.o.mode
+	return d.dbs.mode
 }
 
 // Activate implements vhost.Device. When the driver acked
@@ -96,7 +58,7 @@ func (d *Device) Activate(ctx context.Context, env vhost.Env) error {
 	d.omu.Lock()
 	err := d.activateLocked(mode, env.Memory())
 	if err != nil {
-		d.o.mode = DoorbellNone
+		d.dbs.mode = DoorbellNone
 	}
 	d.omu.Unlock()
 	if err != nil {
@@ -120,40 +82,40 @@ const idlePollWithoutKicks = time.Millisecond
 // doorbells exist. The engine's Start (or, when it stays stopped, its
 // SetMemory) moves the rings and the MRs onto mem. Called with omu held.
 func (d *Device) activateLocked(mode DoorbellMode, mem *guestmem.Table) error {
-	if d.o.lastMode != DoorbellNone && d.o.lastMode != mode {
+	if d.dbs.lastMode != DoorbellNone && d.dbs.lastMode != mode {
 		// The QPs' and CQs' doorbell records are not where the driver
 		// left them: its objects are of no use any more.
 		d.log.Warn("doorbell mode changed across re-activation; dropping the driver's objects",
-			"was", d.o.lastMode.String(), "now", mode.String())
+			"was", d.dbs.lastMode.String(), "now", mode.String())
 		d.resetObjectsLocked()
 	}
-	d.o.mode, d.o.lastMode = mode, mode
+	d.dbs.mode, d.dbs.lastMode = mode, mode
 	// A Backend reports memory changes through SetMemory; this covers a
 	// host that activates on memory the device has not seen.
-	moved := mem != d.o.mem
+	moved := mem != d.mem
 	if moved {
 		if err := d.pins.SetMemory(mem); err != nil {
 			return err
 		}
 	}
-	d.o.mem = mem
+	d.mem = mem
 	var err error
 	switch {
 	case mode == DoorbellShmem:
-		err = d.startEngineLocked(mem, d.db.View())
-	case d.o.dbArea != nil:
+		err = d.dbs.start(mem, d.db.View())
+	case d.dbs.area != nil:
 		// Re-activation in the fallback: the area registered before is
 		// where the records are.
-		v, terr := mem.Translate(d.o.dbArea.GPA, d.layout.Size())
+		v, terr := d.dbs.areaView(mem)
 		if terr == nil {
-			err = d.startEngineLocked(mem, v)
+			err = d.dbs.start(mem, v)
 			break
 		}
-		d.log.Warn("guest-RAM doorbell area gone; dropping the driver's objects", "area", d.o.dbArea.GPA, "err", terr)
+		d.log.Warn("guest-RAM doorbell area gone; dropping the driver's objects", "area", d.dbs.area.GPA, "err", terr)
 		d.resetObjectsLocked()
-		d.o.lastMode = mode
+		d.dbs.lastMode = mode
 	}
-	if moved && !d.o.started {
+	if moved && !d.dbs.running {
 		// No Start moved the rings and MRs: move them without one.
 		d.setEngineMemoryLocked(mem)
 	}
@@ -174,8 +136,8 @@ func (d *Device) Deactivate(reset bool) {
 	}
 	d.stopLocked()
 	d.omu.Lock()
-	d.stopEngineLocked()
-	d.o.mode = DoorbellNone
+	d.dbs.stop()
+	d.dbs.mode = DoorbellNone
 	if reset {
 		d.resetObjectsLocked()
 	}

@@ -37,15 +37,15 @@ func (d *Device) SetMemory(mem *guestmem.Table) error {
 	if mem == nil {
 		return nil
 	}
-	inFallback := d.o.started && d.o.dbArea != nil
+	inFallback := d.dbs.running && d.dbs.area != nil
 	if inFallback {
-		d.stopEngineLocked()
+		d.dbs.stop()
 	}
-	d.o.mem = mem
+	d.mem = mem
 	if inFallback {
-		v, err := mem.Translate(d.o.dbArea.GPA, d.layout.Size())
+		v, err := d.dbs.areaView(mem)
 		if err == nil {
-			err = d.startEngineLocked(mem, v)
+			err = d.dbs.start(mem, v)
 		}
 		if err == nil {
 			return nil

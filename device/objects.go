@@ -1,8 +1,6 @@
 package device
 
 import (
-	"github.com/vstellar/vstellar/emtt"
-	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -58,24 +56,6 @@ type objects struct {
 	// extraSpanBudget); the MRs themselves live in the emtt table.
 	mrExtraSpans uint64
 
-	// mem is the guest memory the MRs are bound to (and the engine runs
-	// on).
-	mem *guestmem.Table
-
-	// mode is where the doorbells live while the device is active
-	// (DoorbellNone while it is not).
-	mode DoorbellMode
-	// Doorbells. started: the engine runs (its doorbells exist). dbArea
-	// is the guest-RAM doorbell area SET_DOORBELL_AREA registered
-	// (fallback mode only; nil otherwise). The engine zeroes each record
-	// when it binds a new QP or CQ to it.
-	started bool
-	dbArea  *emtt.Span
-	// lastMode is the doorbell mode the objects were built under:
-	// re-activation in another mode drops them (their doorbell records
-	// are not where the driver left them).
-	lastMode DoorbellMode
-
 	closed bool
 }
 
@@ -128,8 +108,7 @@ func (d *Device) resetObjectsLocked() {
 	if err := d.db.Zero(); err != nil {
 		d.log.Error("clearing doorbell region", "err", err)
 	}
-	d.o.dbArea = nil
-	d.o.lastMode = DoorbellNone
+	d.dbs.reset()
 	d.stats.resets.Add(1)
 }
 

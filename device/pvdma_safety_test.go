@@ -1668,10 +1668,10 @@ func (s *pvSide) checkArea(b []byte) {
 func (s *pvSide) devRegions() []guestmem.Region {
 	s.d.omu.Lock()
 	defer s.d.omu.Unlock()
-	if s.d.o.mem == nil {
+	if s.d.mem == nil {
 		return nil
 	}
-	return s.d.o.mem.Regions()
+	return s.d.mem.Regions()
 }
 
 // areaOf is the pin cache's area for the device's region holding gpa.

@@ -45,7 +45,7 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 	if err := d.limits.CheckQPCaps(r.SQSize, r.RQSize, r.MaxSendSGE, r.MaxRecvSGE, r.MaxInlineData, r.SRQN != 0); err != nil {
 		return nil, err
 	}
-	if err := d.needDoorbells(); err != nil {
+	if err := d.dbs.need(); err != nil {
 		return nil, err
 	}
 	slot, ok := d.o.qps.add(&qp{pdn: r.PDN, sendCQN: r.SendCQN, recvCQN: r.RecvCQN, srqn: r.SRQN})

@@ -22,7 +22,7 @@ func (d *Device) createSRQ(c *cmd, payload []byte) ([]byte, error) {
 	if err := d.limits.CheckSRQCaps(r.Size, r.MaxSGE, r.Limit); err != nil {
 		return nil, err
 	}
-	if err := d.needDoorbells(); err != nil {
+	if err := d.dbs.need(); err != nil {
 		return nil, err
 	}
 	slot, ok := d.o.srqs.add(&srq{pdn: r.PDN})
