@@ -68,3 +68,8 @@ func (d *Device) deviceAttr() abi.DeviceAttr {
 		MaxSRQSGE:       l.MaxSRQSGE,
 	}
 }
+
+// queryDevice answers QUERY_DEVICE from the attributes fixed at New.
+func (d *Device) queryDevice(c *cmd, _ []byte) ([]byte, error) {
+	return append(c.out, d.attr...), nil
+}

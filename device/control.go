@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/vstellar/vstellar/emtt"
@@ -16,7 +17,7 @@ import (
 // ProcessQueue implements vhost.Device.
 //
 //   - QueueControl: every available chain is a command; see
-//     processControl.
+//     control.serve.
 //   - QueueEvent: the driver posts device-writable buffers that the device
 //     fills with asynchronous events; see processEvents.
 //   - QueueWakeup: the idle-engine kick of the wake-up protocol. No buffer
@@ -27,7 +28,7 @@ func (d *Device) ProcessQueue(ctx context.Context, idx int, q *virtio.DeviceQueu
 	case abi.QueueControl:
 		d.run.RLock()
 		defer d.run.RUnlock()
-		return d.processControl(ctx, q, mem)
+		return d.ctl.serve(ctx, d, q, mem)
 	case abi.QueueEvent:
 		d.run.RLock()
 		defer d.run.RUnlock()
@@ -41,13 +42,37 @@ func (d *Device) ProcessQueue(ctx context.Context, idx int, q *virtio.DeviceQueu
 	return fmt.Errorf("device %q: queue %d: %w", d.name, idx, ErrNoSuchQueue)
 }
 
-// processControl answers every available command. It stops early (leaving
-// the rest in the ring for the next call) when ctx ends or the device is
+// control is the control queue's side of the device: its buffers, its
+// counters and the dispatch of every command to its handler.
+//
+// Invariants:
+//   - One command at a time (the lock), in buffers allocated once with the
+//     device rather than per kick.
+//   - A request is copied out of guest memory, bounded by
+//     abi.MaxRequestSize, before it is looked at: the guest can rewrite
+//     its buffers at any time, and must not be able to change a request
+//     between check and use.
+//   - Every popped chain is pushed back exactly once, with a response
+//     when the writable part can hold at least a response header, with
+//     written=0 otherwise.
+//   - A command whose response would not fit is refused before it runs,
+//     so nothing is created whose handle the guest could not receive.
+type control struct {
+	sync.Mutex
+	req  [abi.MaxRequestSize]byte
+	resp [abi.ResponseHeaderSize + abi.MaxResponseSize]byte
+	cmd  cmd
+
+	stats controlStats
+}
+
+// serve answers every available command. It stops early (leaving the rest
+// in the ring for the next call) when ctx ends or the device is
 // deactivated. A Pop error means the guest broke the ring; it is returned
 // so the Backend marks the queue broken.
-func (d *Device) processControl(ctx context.Context, q *virtio.DeviceQueue, mem *guestmem.Table) error {
-	d.ctl.Lock()
-	defer d.ctl.Unlock()
+func (ctl *control) serve(ctx context.Context, d *Device, q *virtio.DeviceQueue, mem *guestmem.Table) error {
+	ctl.Lock()
+	defer ctl.Unlock()
 	var chain virtio.Chain
 	for d.active.Load() && ctx.Err() == nil {
 		ok, err := q.PopInto(&chain)
@@ -58,27 +83,27 @@ func (d *Device) processControl(ctx context.Context, q *virtio.DeviceQueue, mem 
 		if !ok {
 			return nil
 		}
-		written := d.handleCommand(&chain, mem)
+		written := ctl.answer(d, &chain, mem)
 		q.Push(chain.Head, written)
 	}
 	return nil
 }
 
-// handleCommand answers one control chain and returns the number of bytes
-// written into its writable part. Called with ctl held.
-func (d *Device) handleCommand(c *virtio.Chain, mem *guestmem.Table) uint32 {
-	d.stats.commands.Add(1)
+// answer answers one control chain and returns the number of bytes
+// written into its writable part.
+func (ctl *control) answer(d *Device, c *virtio.Chain, mem *guestmem.Table) uint32 {
+	ctl.stats.commands.Add(1)
 	if c.WritableLen < abi.ResponseHeaderSize {
 		// Nowhere to put even a status: give the chain back untouched.
-		d.stats.dropped.Add(1)
+		ctl.stats.dropped.Add(1)
 		d.log.Debug("control chain without room for a response", "head", c.Head,
 			"readable", c.ReadableLen, "writable", c.WritableLen)
 		return 0
 	}
-	resp := d.ctl.resp[:]
+	resp := ctl.resp[:]
 	t0 := time.Now()
-	op, status, n := d.decodeAndExecute(c, mem, resp[abi.ResponseHeaderSize:abi.ResponseHeaderSize])
-	d.stats.count(op, status, time.Since(t0))
+	op, status, n := ctl.decodeAndExecute(d, c, mem, resp[abi.ResponseHeaderSize:abi.ResponseHeaderSize])
+	ctl.stats.count(op, status, time.Since(t0))
 	if status != abi.StatusOK {
 		n = 0
 	}
@@ -90,26 +115,22 @@ func (d *Device) handleCommand(c *virtio.Chain, mem *guestmem.Table) uint32 {
 // and runs it, encoding the response payload into out (which has room
 // for abi.MaxResponseSize bytes). It returns the opcode (0 when none could
 // be read), the status and the payload length.
-func (d *Device) decodeAndExecute(c *virtio.Chain, mem *guestmem.Table, out []byte) (abi.Opcode, abi.Status, int) {
+func (ctl *control) decodeAndExecute(d *Device, c *virtio.Chain, mem *guestmem.Table, out []byte) (abi.Opcode, abi.Status, int) {
 	if c.ReadableLen > abi.MaxRequestSize {
-		d.stats.malformed.Add(1)
+		ctl.stats.malformed.Add(1)
 		return 0, abi.StatusInvalidArgument, 0
 	}
-	// Copy first, then validate: the guest can rewrite its buffers at any
-	// time, and must not be able to change a request between check and use.
-	buf := d.ctl.req[:c.ReadAll(d.ctl.req[:c.ReadableLen])]
+	buf := ctl.req[:c.ReadAll(ctl.req[:c.ReadableLen])]
 	req, err := abi.DecodeRequest(buf)
 	op := req.Header.Opcode
 	if err != nil {
-		d.stats.malformed.Add(1)
+		ctl.stats.malformed.Add(1)
 		return op, abi.StatusFor(err), 0
 	}
 	if n, ok := op.ResponseSize(); ok && uint64(c.WritableLen) < uint64(abi.ResponseHeaderSize+n) {
-		// Refuse before executing, so nothing is created whose handle
-		// the guest could not receive.
 		return op, abi.StatusResponseTooSmall, 0
 	}
-	payload, err := d.execute(op, req.Payload, mem, out)
+	payload, err := ctl.execute(d, op, req.Payload, mem, out)
 	st := abi.StatusFor(err)
 	if err != nil {
 		d.log.Debug("control command failed", "op", op.String(), "status", st.String(), "head", c.Head, "err", err)
@@ -119,6 +140,21 @@ func (d *Device) decodeAndExecute(c *virtio.Chain, mem *guestmem.Table, out []by
 	// payload) is copied into place.
 	n := copy(out[:cap(out)], payload)
 	return op, st, n
+}
+
+// execute runs one well-framed command with the object tables locked.
+func (ctl *control) execute(d *Device, op abi.Opcode, payload []byte, mem *guestmem.Table, out []byte) ([]byte, error) {
+	if int(op) >= len(handlers) || handlers[op] == nil {
+		return nil, fmt.Errorf("%v: %w", op, abi.StatusNotSupported)
+	}
+	d.omu.Lock()
+	defer d.omu.Unlock()
+	if d.o.closed {
+		return nil, fmt.Errorf("device closed: %w", abi.StatusBadState)
+	}
+	c := &ctl.cmd
+	*c = cmd{mem: mem, out: out}
+	return handlers[op](d, c, payload)
 }
 
 // cmd is what a handler works with: the guest memory the command may
@@ -158,21 +194,6 @@ var handlers = [...]handler{
 	abi.OpModifySRQ:       (*Device).modifySRQ,
 	abi.OpQuerySRQ:        (*Device).querySRQ,
 	abi.OpDestroySRQ:      (*Device).destroySRQ,
-}
-
-// execute runs one well-framed command with the object tables locked.
-func (d *Device) execute(op abi.Opcode, payload []byte, mem *guestmem.Table, out []byte) ([]byte, error) {
-	if int(op) >= len(handlers) || handlers[op] == nil {
-		return nil, fmt.Errorf("%v: %w", op, abi.StatusNotSupported)
-	}
-	d.omu.Lock()
-	defer d.omu.Unlock()
-	if d.o.closed {
-		return nil, fmt.Errorf("device closed: %w", abi.StatusBadState)
-	}
-	c := &d.ctl.cmd
-	*c = cmd{mem: mem, out: out}
-	return handlers[op](d, c, payload)
 }
 
 // fail builds a handler error: the message for the log, wrapping the
@@ -221,25 +242,4 @@ func fabricError(err error) error {
 		return fmt.Errorf("%w: %w", err, abi.StatusPermission)
 	}
 	return err
-}
-
-// queryDevice answers QUERY_DEVICE from the attributes fixed at New.
-func (d *Device) queryDevice(c *cmd, _ []byte) ([]byte, error) {
-	return append(c.out, d.attr...), nil
-}
-
-// resetStateCmd is RESET_STATE: the driver's probe drops whatever a
-// previous driver left. In shared-memory mode the engine comes straight
-// back up on the cleared doorbells; in the guest-RAM fallback it waits
-// for the next SET_DOORBELL_AREA.
-func (d *Device) resetStateCmd(c *cmd, _ []byte) ([]byte, error) {
-	d.dbs.stop()
-	d.resetObjectsLocked()
-	d.dbs.lastMode = d.dbs.mode
-	if d.dbs.mode == DoorbellShmem {
-		if err := d.dbs.start(d.mem, d.db.View()); err != nil {
-			return nil, fail(abi.StatusDeviceError, "restarting the engine: %v", err)
-		}
-	}
-	return c.out, nil
 }

@@ -114,14 +114,7 @@ type Device struct {
 	mu     sync.Mutex
 	closed bool
 
-	// ctl holds the control queue's buffers: one command at a time, so one
-	// set, allocated with the device rather than per kick.
-	ctl struct {
-		sync.Mutex
-		req  [abi.MaxRequestSize]byte
-		resp [abi.ResponseHeaderSize + abi.MaxResponseSize]byte
-		cmd  cmd
-	}
+	ctl control
 
 	// omu guards o, dbs and mem. Lock order: mu, then run, then omu.
 	omu sync.Mutex
@@ -208,7 +201,7 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 		return nil, fmt.Errorf("device %q: GID %x: %w: %w", cfg.Name, d.gid0[:], ErrGIDInUse, err)
 	}
 	d.attr, _ = d.deviceAttr().MarshalBinary()
-	d.stats.init()
+	d.ctl.stats.init()
 	d.log.Debug("device created", "doorbell_bytes", layout.Size(), "max_qp", limits.MaxQP, "max_cq", limits.MaxCQ)
 	return d, nil
 }

@@ -156,3 +156,19 @@ func (d *Device) stopLocked() {
 	d.events.Store(false)
 	d.status.Store(0)
 }
+
+// resetStateCmd is RESET_STATE: the driver's probe drops whatever a
+// previous driver left. In shared-memory mode the engine comes straight
+// back up on the cleared doorbells; in the guest-RAM fallback it waits
+// for the next SET_DOORBELL_AREA.
+func (d *Device) resetStateCmd(c *cmd, _ []byte) ([]byte, error) {
+	d.dbs.stop()
+	d.resetObjectsLocked()
+	d.dbs.lastMode = d.dbs.mode
+	if d.dbs.mode == DoorbellShmem {
+		if err := d.dbs.start(d.mem, d.db.View()); err != nil {
+			return nil, fail(abi.StatusDeviceError, "restarting the engine: %v", err)
+		}
+	}
+	return c.out, nil
+}

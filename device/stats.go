@@ -49,23 +49,30 @@ type Stats struct {
 // never produced by the device.
 const maxStatus = 64
 
+// stats are the device's queue, lifecycle and event counters; the
+// control commands' own are controlStats.
 type stats struct {
-	commands, malformed, dropped, badChains atomic.Uint64
-	activations, resets, configWrites       atomic.Uint64
-	eventsQueued, eventsDelivered           atomic.Uint64
-	eventsDropped, shortEventBuffers        atomic.Uint64
-	byOpcode                                []atomic.Uint64 // index = opcode; 0 = unknown
-	latency                                 []latency.Recorder
-	byStatus                                [maxStatus]atomic.Uint64
+	badChains                         atomic.Uint64 // either queue
+	activations, resets, configWrites atomic.Uint64
+	eventsQueued, eventsDelivered     atomic.Uint64
+	eventsDropped, shortEventBuffers  atomic.Uint64
 }
 
-func (s *stats) init() {
+// controlStats are the control commands' counters.
+type controlStats struct {
+	commands, malformed, dropped atomic.Uint64
+	byOpcode                     []atomic.Uint64 // index = opcode; 0 = unknown
+	latency                      []latency.Recorder
+	byStatus                     [maxStatus]atomic.Uint64
+}
+
+func (s *controlStats) init() {
 	ops := abi.Opcodes()
 	s.byOpcode = make([]atomic.Uint64, int(ops[len(ops)-1])+1)
 	s.latency = make([]latency.Recorder, len(s.byOpcode))
 }
 
-func (s *stats) count(op abi.Opcode, st abi.Status, took time.Duration) {
+func (s *controlStats) count(op abi.Opcode, st abi.Status, took time.Duration) {
 	if !op.Known() {
 		op = 0
 	}
@@ -78,11 +85,11 @@ func (s *stats) count(op abi.Opcode, st abi.Status, took time.Duration) {
 
 // Stats returns a snapshot of the counters.
 func (d *Device) Stats() Stats {
-	s := &d.stats
+	s, cs := &d.stats, &d.ctl.stats
 	out := Stats{
-		Commands:          s.commands.Load(),
-		Malformed:         s.malformed.Load(),
-		Dropped:           s.dropped.Load(),
+		Commands:          cs.commands.Load(),
+		Malformed:         cs.malformed.Load(),
+		Dropped:           cs.dropped.Load(),
 		BadChains:         s.badChains.Load(),
 		Activations:       s.activations.Load(),
 		Resets:            s.resets.Load(),
@@ -96,14 +103,14 @@ func (d *Device) Stats() Stats {
 		ByStatus:          map[abi.Status]uint64{},
 		Latency:           map[abi.Opcode]latency.Histogram{},
 	}
-	for i := range s.byOpcode {
-		if n := s.byOpcode[i].Load(); n != 0 {
+	for i := range cs.byOpcode {
+		if n := cs.byOpcode[i].Load(); n != 0 {
 			out.ByOpcode[abi.Opcode(i)] = n
-			out.Latency[abi.Opcode(i)] = s.latency[i].Snapshot()
+			out.Latency[abi.Opcode(i)] = cs.latency[i].Snapshot()
 		}
 	}
-	for i := range s.byStatus {
-		n := s.byStatus[i].Load()
+	for i := range cs.byStatus {
+		n := cs.byStatus[i].Load()
 		if n == 0 {
 			continue
 		}
