@@ -169,31 +169,41 @@ type cmd struct {
 // the log.
 type handler func(d *Device, c *cmd, payload []byte) ([]byte, error)
 
+// handlers maps each opcode to its handler: a method of the part of the
+// device whose state the command is about.
 var handlers = [...]handler{
 	abi.OpQueryDevice:     (*Device).queryDevice,
 	abi.OpQueryPort:       (*Device).queryPort,
-	abi.OpQueryGID:        (*Device).queryGID,
-	abi.OpAddGID:          (*Device).addGID,
-	abi.OpDelGID:          (*Device).delGID,
-	abi.OpAllocPD:         (*Device).allocPD,
-	abi.OpDeallocPD:       (*Device).deallocPD,
-	abi.OpCreateCQ:        (*Device).createCQ,
-	abi.OpResizeCQ:        (*Device).resizeCQ,
-	abi.OpDestroyCQ:       (*Device).destroyCQ,
-	abi.OpCreateQP:        (*Device).createQP,
-	abi.OpModifyQP:        (*Device).modifyQP,
-	abi.OpQueryQP:         (*Device).queryQP,
-	abi.OpDestroyQP:       (*Device).destroyQP,
-	abi.OpRegMR:           (*Device).regMR,
-	abi.OpDeregMR:         (*Device).deregMR,
-	abi.OpCreateAH:        (*Device).createAH,
-	abi.OpDestroyAH:       (*Device).destroyAH,
+	abi.OpQueryGID:        onGIDs((*gidTable).queryGID),
+	abi.OpAddGID:          onGIDs((*gidTable).addGID),
+	abi.OpDelGID:          onGIDs((*gidTable).delGID),
+	abi.OpAllocPD:         onObjects((*objects).allocPD),
+	abi.OpDeallocPD:       onObjects((*objects).deallocPD),
+	abi.OpCreateCQ:        onObjects((*objects).createCQ),
+	abi.OpResizeCQ:        onObjects((*objects).resizeCQ),
+	abi.OpDestroyCQ:       onObjects((*objects).destroyCQ),
+	abi.OpCreateQP:        onObjects((*objects).createQP),
+	abi.OpModifyQP:        onObjects((*objects).modifyQP),
+	abi.OpQueryQP:         onObjects((*objects).queryQP),
+	abi.OpDestroyQP:       onObjects((*objects).destroyQP),
+	abi.OpRegMR:           onObjects((*objects).regMR),
+	abi.OpDeregMR:         onObjects((*objects).deregMR),
+	abi.OpCreateAH:        onObjects((*objects).createAH),
+	abi.OpDestroyAH:       onObjects((*objects).destroyAH),
 	abi.OpSetDoorbellArea: (*Device).setDoorbellArea,
 	abi.OpResetState:      (*Device).resetStateCmd,
-	abi.OpCreateSRQ:       (*Device).createSRQ,
-	abi.OpModifySRQ:       (*Device).modifySRQ,
-	abi.OpQuerySRQ:        (*Device).querySRQ,
-	abi.OpDestroySRQ:      (*Device).destroySRQ,
+	abi.OpCreateSRQ:       onObjects((*objects).createSRQ),
+	abi.OpModifySRQ:       onObjects((*objects).modifySRQ),
+	abi.OpQuerySRQ:        onObjects((*objects).querySRQ),
+	abi.OpDestroySRQ:      onObjects((*objects).destroySRQ),
+}
+
+func onObjects(h func(*objects, *cmd, []byte) ([]byte, error)) handler {
+	return func(d *Device, c *cmd, payload []byte) ([]byte, error) { return h(&d.o, c, payload) }
+}
+
+func onGIDs(h func(*gidTable, *cmd, []byte) ([]byte, error)) handler {
+	return func(d *Device, c *cmd, payload []byte) ([]byte, error) { return h(&d.gids, c, payload) }
 }
 
 // fail builds a handler error: the message for the log, wrapping the

@@ -192,8 +192,8 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 		Events:    d.postEvent,
 		Cores:     cfg.Cores,
 	})
-	d.o.init(limits)
 	d.dbs = doorbells{eng: d.eng, layout: layout}
+	d.o.init(d)
 	err = d.gids.init(limits.MaxGID, d.gid0, prefix, fab, d.eng)
 	if err != nil {
 		db.Close()

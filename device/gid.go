@@ -133,6 +133,23 @@ func (t *gidTable) present(index uint8) bool {
 	return int(index) < len(t.entries) && t.entries[index].typ != abi.GIDTypeNone
 }
 
+// checkAV checks an address vector (CREATE_AH, MODIFY_QP's AV) against
+// what the device owns: the port (0 is taken as "the" port, as drivers
+// that leave it unset mean) and a live source GID index. The destination
+// is anyone's: an unreachable one fails at send time, as on a real
+// network.
+func (t *gidTable) checkAV(a *abi.AHAttr) error {
+	switch {
+	case a.Port != 0 && a.Port != portNum:
+		return fail(abi.StatusInvalidArgument, "address vector port %d", a.Port)
+	case !t.present(a.SGIDIndex):
+		return fail(abi.StatusInvalidArgument, "address vector source GID index %d is empty", a.SGIDIndex)
+	case a.DGID == (abi.GID{}):
+		return fail(abi.StatusInvalidArgument, "address vector without a destination GID")
+	}
+	return nil
+}
+
 // live is the number of live entries, the device's own included.
 func (t *gidTable) live() int {
 	n := 0
@@ -168,43 +185,43 @@ func (t *gidTable) source(index uint8) (abi.GID, bool) {
 
 // queryGID answers QUERY_GID. An empty entry is not an error: it reads as
 // the zero GID of type GIDTypeNone, as an unused ibv_query_gid slot does.
-func (d *Device) queryGID(c *cmd, payload []byte) ([]byte, error) {
+func (t *gidTable) queryGID(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.GIDReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	if err := d.gids.check(r.Port, r.Index); err != nil {
+	if err := t.check(r.Port, r.Index); err != nil {
 		return nil, err
 	}
-	g := d.gids.entries[r.Index]
+	g := t.entries[r.Index]
 	return c.encode(&abi.GIDEntry{GID: g.gid, Type: g.typ, Flags: g.flags}), nil
 }
 
 // addGID is ADD_GID.
-func (d *Device) addGID(c *cmd, payload []byte) ([]byte, error) {
+func (t *gidTable) addGID(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.AddGIDReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	if err := d.gids.check(r.Port, r.Index); err != nil {
+	if err := t.check(r.Port, r.Index); err != nil {
 		return nil, err
 	}
-	if err := d.gids.add(r.Index, r.GID); err != nil {
+	if err := t.add(r.Index, r.GID); err != nil {
 		return nil, err
 	}
 	return c.out, nil
 }
 
 // delGID is DEL_GID.
-func (d *Device) delGID(c *cmd, payload []byte) ([]byte, error) {
+func (t *gidTable) delGID(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.GIDReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	if err := d.gids.check(r.Port, r.Index); err != nil {
+	if err := t.check(r.Port, r.Index); err != nil {
 		return nil, err
 	}
-	if err := d.gids.del(r.Index); err != nil {
+	if err := t.del(r.Index); err != nil {
 		return nil, err
 	}
 	return c.out, nil

@@ -172,3 +172,22 @@ func (d *Device) resetStateCmd(c *cmd, _ []byte) ([]byte, error) {
 	}
 	return c.out, nil
 }
+
+// resetObjectsLocked drops everything a driver built: QPs and CQs (in
+// the engine), MRs, PDs, AHs, guest GIDs (off the fabric), queued events,
+// the doorbell records and the guest-RAM doorbell area. The engine must
+// be stopped. Called with omu held.
+func (d *Device) resetObjectsLocked() {
+	d.eng.Reset()
+	d.mtt.Clear()
+	// The MRs and queues that used the pinned chunks are gone.
+	d.pins.Drop()
+	d.o.clear()
+	d.gids.dropGuests(false)
+	d.ev.clear()
+	if err := d.db.Zero(); err != nil {
+		d.log.Error("clearing doorbell region", "err", err)
+	}
+	d.dbs.reset()
+	d.stats.resets.Add(1)
+}

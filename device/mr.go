@@ -10,35 +10,35 @@ import (
 // list and turns the request into guest physical spans; the emtt table
 // checks that every span is guest RAM outside IO memory and hands out the
 // key (lkey == rkey). Nothing is pinned: DMA pins on demand.
-func (d *Device) regMR(c *cmd, payload []byte) ([]byte, error) {
+func (o *objects) regMR(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.RegMRReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	p, err := d.lookupPD(r.PDN)
+	p, err := o.lookupPD(r.PDN)
 	if err != nil {
 		return nil, err
 	}
 	switch {
-	case r.Length == 0 || r.Length > d.limits.MaxMRSize:
-		return nil, fail(abi.StatusInvalidArgument, "MR of %#x bytes (1..%#x)", r.Length, d.limits.MaxMRSize)
+	case r.Length == 0 || r.Length > o.limits.MaxMRSize:
+		return nil, fail(abi.StatusInvalidArgument, "MR of %#x bytes (1..%#x)", r.Length, o.limits.MaxMRSize)
 	case r.IOVA+r.Length < r.IOVA:
 		return nil, fail(abi.StatusInvalidArgument, "MR at IOVA %#x+%#x wraps", r.IOVA, r.Length)
 	}
 	// Before reading a page list that could be 8 MiB long.
-	if uint32(d.mtt.Len()) >= d.limits.MaxMR {
-		return nil, fail(abi.StatusNoResources, "%d MRs", d.limits.MaxMR)
+	if uint32(o.mtt.Len()) >= o.limits.MaxMR {
+		return nil, fail(abi.StatusNoResources, "%d MRs", o.limits.MaxMR)
 	}
-	spans, err := d.mrSpans(c.mem, &r)
+	spans, err := o.mrSpans(c.mem, &r)
 	if err != nil {
 		return nil, err
 	}
-	reg, err := d.mtt.Insert(c.mem, emtt.Spec{PD: r.PDN, Access: r.Access, IOVA: r.IOVA, Length: r.Length, Spans: spans})
+	reg, err := o.mtt.Insert(c.mem, emtt.Spec{PD: r.PDN, Access: r.Access, IOVA: r.IOVA, Length: r.Length, Spans: spans})
 	if err != nil {
 		return nil, mttError(err)
 	}
 	p.users++
-	d.o.mrExtraSpans += extraSpans(reg)
+	o.mrExtraSpans += extraSpans(reg)
 	return c.encode(&abi.RegMRResp{LKey: uint32(reg.Key), RKey: uint32(reg.Key)}), nil
 }
 
@@ -71,7 +71,7 @@ func extraSpanBudget(mem *guestmem.Table) uint64 {
 // meanwhile only changes which of its own pages it registers. Reading
 // stops with NO_RESOURCES as soon as the spans would overrun the span
 // budget, so a hostile list costs at most the budget's worth of heap.
-func (d *Device) mrSpans(mem *guestmem.Table, r *abi.RegMRReq) ([]emtt.Span, error) {
+func (o *objects) mrSpans(mem *guestmem.Table, r *abi.RegMRReq) ([]emtt.Span, error) {
 	if r.NPages == 0 {
 		if r.Addr+r.Length < r.Addr {
 			return nil, fail(abi.StatusBadAddress, "MR at %#x+%#x wraps", r.Addr, r.Length)
@@ -79,8 +79,8 @@ func (d *Device) mrSpans(mem *guestmem.Table, r *abi.RegMRReq) ([]emtt.Span, err
 		return []emtt.Span{{GPA: r.Addr, Len: r.Length}}, nil
 	}
 	ps := uint64(1) << r.PageShift
-	if d.limits.PageSizeCap&ps == 0 {
-		return nil, fail(abi.StatusInvalidArgument, "page size %#x (supported: %#x)", ps, d.limits.PageSizeCap)
+	if o.limits.PageSizeCap&ps == 0 {
+		return nil, fail(abi.StatusInvalidArgument, "page size %#x (supported: %#x)", ps, o.limits.PageSizeCap)
 	}
 	off := r.IOVA & (ps - 1)
 	if need := (off + r.Length + ps - 1) / ps; uint64(r.NPages) != need {
@@ -91,8 +91,8 @@ func (d *Device) mrSpans(mem *guestmem.Table, r *abi.RegMRReq) ([]emtt.Span, err
 		return nil, fail(abi.StatusBadAddress, "page list at %#x (%d entries): %v", r.Addr, r.NPages, err)
 	}
 	var room uint64 // extra spans this MR may have
-	if budget := extraSpanBudget(mem); d.o.mrExtraSpans < budget {
-		room = budget - d.o.mrExtraSpans
+	if budget := extraSpanBudget(mem); o.mrExtraSpans < budget {
+		room = budget - o.mrExtraSpans
 	}
 	var spans []emtt.Span
 	left := r.Length
@@ -114,7 +114,7 @@ func (d *Device) mrSpans(mem *guestmem.Table, r *abi.RegMRReq) ([]emtt.Span, err
 			spans[k].Len += n
 		case uint64(len(spans)) > room:
 			return nil, fail(abi.StatusNoResources, "page %d starts extra span %d; live MRs hold %d of the device's %d",
-				i, len(spans), d.o.mrExtraSpans, extraSpanBudget(mem))
+				i, len(spans), o.mrExtraSpans, extraSpanBudget(mem))
 		default:
 			spans = append(spans, emtt.Span{GPA: start, Len: n})
 		}
@@ -124,18 +124,18 @@ func (d *Device) mrSpans(mem *guestmem.Table, r *abi.RegMRReq) ([]emtt.Span, err
 }
 
 // deregMR is DEREG_MR (Handle = lkey).
-func (d *Device) deregMR(c *cmd, payload []byte) ([]byte, error) {
+func (o *objects) deregMR(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.HandleReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	reg, err := d.mtt.Remove(emtt.Key(r.Handle))
+	reg, err := o.mtt.Remove(emtt.Key(r.Handle))
 	if err != nil {
 		return nil, mttError(err)
 	}
-	if p := d.o.pd(reg.PD); p != nil {
+	if p := o.pd(reg.PD); p != nil {
 		p.users--
 	}
-	d.o.mrExtraSpans -= extraSpans(reg)
+	o.mrExtraSpans -= extraSpans(reg)
 	return c.out, nil
 }

@@ -1,6 +1,8 @@
 package device
 
 import (
+	"github.com/vstellar/vstellar/emtt"
+	"github.com/vstellar/vstellar/engine"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -44,27 +46,62 @@ type ah struct {
 	attr abi.AHAttr
 }
 
-// objects is everything a driver builds on the device, guarded by
-// Device.omu.
+// objects is the resource model: the PDs, CQs, QPs, SRQs, AHs and MRs a
+// driver builds, and the commands that build them. The engine holds the
+// CQs', QPs' and SRQs' rings and state, the emtt table the MRs; objects
+// keeps the handles and the rules that tie the objects together.
+//
+// Invariants:
+//   - A CQ, QP or SRQ handle is in its table exactly while the engine has
+//     the object (the slot is given back if the engine refuses it); an MR
+//     is the emtt table's.
+//   - users counts an object's live dependents (QPs, SRQs, MRs and AHs in
+//     a PD; QP bindings of a CQ; QPs on an SRQ), so destroying a used
+//     object is BUSY, and a QP's SRQ is in the QP's PD (PERMISSION).
+//   - The tables stop at the limits (NO_RESOURCES, nothing allocated) and
+//     the MRs' extra page-list spans stay within the span budget (mr.go).
+//   - A destroyed CQ's, QP's or SRQ's pending events are dropped, so a
+//     reused handle never receives the old object's events.
+//
+// Guarded by Device.omu.
 type objects struct {
+	limits abi.Limits
+	eng    *engine.Engine
+	mtt    *emtt.Table
+	ev     *eventQueue
+	gids   *gidTable  // address vectors' source GIDs
+	dbs    *doorbells // CQs, QPs and SRQs need them
+
 	pds  slots[pd]
 	cqs  slots[cq]
 	qps  slots[qp]
 	srqs slots[srq]
 	ahs  slots[ah]
 	// mrExtraSpans is the span budget the live MRs use (see
-	// extraSpanBudget); the MRs themselves live in the emtt table.
+	// extraSpanBudget).
 	mrExtraSpans uint64
 
 	closed bool
 }
 
-func (o *objects) init(l abi.Limits) {
-	o.pds = newSlots[pd](l.MaxPD)
-	o.cqs = newSlots[cq](l.MaxCQ)
-	o.qps = newSlots[qp](l.MaxQP)
-	o.srqs = newSlots[srq](l.MaxSRQ)
-	o.ahs = newSlots[ah](l.MaxAH)
+// init makes empty tables for d's limits.
+func (o *objects) init(d *Device) {
+	l := d.limits
+	*o = objects{
+		limits: l, eng: d.eng, mtt: d.mtt, ev: &d.ev, gids: &d.gids, dbs: &d.dbs,
+		pds: newSlots[pd](l.MaxPD), cqs: newSlots[cq](l.MaxCQ), qps: newSlots[qp](l.MaxQP),
+		srqs: newSlots[srq](l.MaxSRQ), ahs: newSlots[ah](l.MaxAH),
+	}
+}
+
+// clear empties the tables, as the engine and the emtt table are reset.
+func (o *objects) clear() {
+	o.pds.clear()
+	o.cqs.clear()
+	o.qps.clear()
+	o.srqs.clear()
+	o.ahs.clear()
+	o.mrExtraSpans = 0
 }
 
 // Handle <-> slot conversions. A hostile handle converts to a slot that
@@ -82,35 +119,11 @@ func (o *objects) ah(ahn uint32) *ah { return o.ahs.get(ahSlot(ahn)) }
 func (o *objects) srq(n uint32) *srq { return o.srqs.get(srqSlot(n)) }
 
 // cqDoorbell, srqDoorbell and qpDoorbell are the doorbell record indices.
-func (d *Device) cqDoorbell(cqn uint32) uint32 { return d.limits.MaxQP + cqSlot(cqn) }
-func (d *Device) srqDoorbell(srqn uint32) uint32 {
-	return d.limits.MaxQP + d.limits.MaxCQ + srqSlot(srqn)
+func (o *objects) cqDoorbell(cqn uint32) uint32 { return o.limits.MaxQP + cqSlot(cqn) }
+func (o *objects) srqDoorbell(srqn uint32) uint32 {
+	return o.limits.MaxQP + o.limits.MaxCQ + srqSlot(srqn)
 }
 func qpDoorbell(qpn uint32) uint32 { return qpSlot(qpn) }
-
-// resetObjectsLocked drops everything a driver built: QPs and CQs (in
-// the engine), MRs, PDs, AHs, guest GIDs (off the fabric), queued events,
-// the doorbell records and the guest-RAM doorbell area. The engine must
-// be stopped. Called with omu held.
-func (d *Device) resetObjectsLocked() {
-	d.eng.Reset()
-	d.mtt.Clear()
-	// The MRs and queues that used the pinned chunks are gone.
-	d.pins.Drop()
-	d.o.mrExtraSpans = 0
-	d.o.pds.clear()
-	d.o.cqs.clear()
-	d.o.qps.clear()
-	d.o.srqs.clear()
-	d.o.ahs.clear()
-	d.gids.dropGuests(false)
-	d.ev.clear()
-	if err := d.db.Zero(); err != nil {
-		d.log.Error("clearing doorbell region", "err", err)
-	}
-	d.dbs.reset()
-	d.stats.resets.Add(1)
-}
 
 // Objects counts a device's live objects.
 type Objects struct {

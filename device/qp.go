@@ -10,7 +10,7 @@ import (
 // createQP is CREATE_QP. The device checks the PD, the CQs, the sizes and
 // the limit and hands out the QPN and doorbell record; the engine checks
 // the rings against guest memory.
-func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
+func (o *objects) createQP(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.CreateQPReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
@@ -18,11 +18,11 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 	if r.Type != abi.QPTypeRC {
 		return nil, fail(abi.StatusNotSupported, "%v QPs", r.Type)
 	}
-	p, err := d.lookupPD(r.PDN)
+	p, err := o.lookupPD(r.PDN)
 	if err != nil {
 		return nil, err
 	}
-	scq, rcq := d.o.cq(r.SendCQN), d.o.cq(r.RecvCQN)
+	scq, rcq := o.cq(r.SendCQN), o.cq(r.RecvCQN)
 	switch {
 	case scq == nil:
 		return nil, fail(abi.StatusNotFound, "send CQ %d", r.SendCQN)
@@ -31,7 +31,7 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 	}
 	var s *srq
 	if r.SRQN != 0 {
-		if s, err = d.lookupSRQ(r.SRQN); err != nil {
+		if s, err = o.lookupSRQ(r.SRQN); err != nil {
 			return nil, err
 		}
 		if s.pdn != r.PDN {
@@ -42,19 +42,19 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 		}
 	}
 	// Checked before a QPN is handed out (the engine checks again).
-	if err := d.limits.CheckQPCaps(r.SQSize, r.RQSize, r.MaxSendSGE, r.MaxRecvSGE, r.MaxInlineData, r.SRQN != 0); err != nil {
+	if err := o.limits.CheckQPCaps(r.SQSize, r.RQSize, r.MaxSendSGE, r.MaxRecvSGE, r.MaxInlineData, r.SRQN != 0); err != nil {
 		return nil, err
 	}
-	if err := d.dbs.need(); err != nil {
+	if err := o.dbs.need(); err != nil {
 		return nil, err
 	}
-	slot, ok := d.o.qps.add(&qp{pdn: r.PDN, sendCQN: r.SendCQN, recvCQN: r.RecvCQN, srqn: r.SRQN})
+	slot, ok := o.qps.add(&qp{pdn: r.PDN, sendCQN: r.SendCQN, recvCQN: r.RecvCQN, srqn: r.SRQN})
 	if !ok {
-		return nil, fail(abi.StatusNoResources, "%d QPs", d.limits.MaxQP)
+		return nil, fail(abi.StatusNoResources, "%d QPs", o.limits.MaxQP)
 	}
 	qpn := slot + 2
 	db := qpDoorbell(qpn)
-	err = d.eng.CreateQP(engine.QPSpec{
+	err = o.eng.CreateQP(engine.QPSpec{
 		QPN: qpn, PDN: r.PDN, Type: r.Type, SigAll: r.SigAll != 0,
 		SendCQN: r.SendCQN, RecvCQN: r.RecvCQN, SRQN: r.SRQN, Doorbell: db,
 		SQSize: r.SQSize, RQSize: r.RQSize,
@@ -62,7 +62,7 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 		SQAddr: r.SQAddr, RQAddr: r.RQAddr,
 	})
 	if err != nil {
-		d.o.qps.remove(slot)
+		o.qps.remove(slot)
 		return nil, fmt.Errorf("QP %d: %w", qpn, err)
 	}
 	p.users++
@@ -78,8 +78,8 @@ func (d *Device) createQP(c *cmd, payload []byte) ([]byte, error) {
 }
 
 // lookupQP returns the QP a command names.
-func (d *Device) lookupQP(qpn uint32) (*qp, error) {
-	q := d.o.qp(qpn)
+func (o *objects) lookupQP(qpn uint32) (*qp, error) {
+	q := o.qp(qpn)
 	if q == nil {
 		return nil, fail(abi.StatusNotFound, "QP %d", qpn)
 	}
@@ -89,12 +89,12 @@ func (d *Device) lookupQP(qpn uint32) (*qp, error) {
 // modifyQP is MODIFY_QP. The device checks what it owns (the port, the
 // P_Key table, the GID table an address vector points into); the engine
 // checks the transition (abi.CheckModify) and the other values.
-func (d *Device) modifyQP(c *cmd, payload []byte) ([]byte, error) {
+func (o *objects) modifyQP(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.ModifyQPReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	if _, err := d.lookupQP(r.QPN); err != nil {
+	if _, err := o.lookupQP(r.QPN); err != nil {
 		return nil, err
 	}
 	a := &r.Attr
@@ -105,26 +105,26 @@ func (d *Device) modifyQP(c *cmd, payload []byte) ([]byte, error) {
 		return nil, fail(abi.StatusInvalidArgument, "QP %d: P_Key index %d (table of 1)", r.QPN, a.PKeyIndex)
 	}
 	if r.AttrMask&abi.QPAttrAV != 0 {
-		if err := d.checkAV(&a.AH); err != nil {
+		if err := o.gids.checkAV(&a.AH); err != nil {
 			return nil, fmt.Errorf("QP %d: %w", r.QPN, err)
 		}
 	}
-	if err := d.eng.ModifyQP(r.QPN, r.AttrMask, a); err != nil {
+	if err := o.eng.ModifyQP(r.QPN, r.AttrMask, a); err != nil {
 		return nil, fmt.Errorf("QP %d: %w", r.QPN, err)
 	}
 	return c.out, nil
 }
 
 // queryQP is QUERY_QP.
-func (d *Device) queryQP(c *cmd, payload []byte) ([]byte, error) {
+func (o *objects) queryQP(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.HandleReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	if _, err := d.lookupQP(r.Handle); err != nil {
+	if _, err := o.lookupQP(r.Handle); err != nil {
 		return nil, err
 	}
-	resp, err := d.eng.QueryQP(r.Handle)
+	resp, err := o.eng.QueryQP(r.Handle)
 	if err != nil {
 		return nil, fmt.Errorf("QP %d: %w", r.Handle, err)
 	}
@@ -132,26 +132,26 @@ func (d *Device) queryQP(c *cmd, payload []byte) ([]byte, error) {
 }
 
 // destroyQP is DESTROY_QP.
-func (d *Device) destroyQP(c *cmd, payload []byte) ([]byte, error) {
+func (o *objects) destroyQP(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.HandleReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	q, err := d.lookupQP(r.Handle)
+	q, err := o.lookupQP(r.Handle)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.eng.DestroyQP(r.Handle); err != nil {
+	if err := o.eng.DestroyQP(r.Handle); err != nil {
 		return nil, fmt.Errorf("QP %d: %w", r.Handle, err)
 	}
 	// As for a CQ: its pending events name nothing any more.
-	d.ev.dropQPEvents(r.Handle)
-	d.o.pd(q.pdn).users--
-	d.o.cq(q.sendCQN).users--
-	d.o.cq(q.recvCQN).users--
+	o.ev.dropQPEvents(r.Handle)
+	o.pd(q.pdn).users--
+	o.cq(q.sendCQN).users--
+	o.cq(q.recvCQN).users--
 	if q.srqn != 0 {
-		d.o.srq(q.srqn).users--
+		o.srq(q.srqn).users--
 	}
-	d.o.qps.remove(qpSlot(r.Handle))
+	o.qps.remove(qpSlot(r.Handle))
 	return c.out, nil
 }

@@ -10,32 +10,32 @@ import (
 // createSRQ is CREATE_SRQ. The device checks the PD, the sizes and the
 // limit and hands out the SRQN and doorbell record; the engine checks the
 // ring against guest memory.
-func (d *Device) createSRQ(c *cmd, payload []byte) ([]byte, error) {
+func (o *objects) createSRQ(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.CreateSRQReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	p, err := d.lookupPD(r.PDN)
+	p, err := o.lookupPD(r.PDN)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.limits.CheckSRQCaps(r.Size, r.MaxSGE, r.Limit); err != nil {
+	if err := o.limits.CheckSRQCaps(r.Size, r.MaxSGE, r.Limit); err != nil {
 		return nil, err
 	}
-	if err := d.dbs.need(); err != nil {
+	if err := o.dbs.need(); err != nil {
 		return nil, err
 	}
-	slot, ok := d.o.srqs.add(&srq{pdn: r.PDN})
+	slot, ok := o.srqs.add(&srq{pdn: r.PDN})
 	if !ok {
-		return nil, fail(abi.StatusNoResources, "%d SRQs", d.limits.MaxSRQ)
+		return nil, fail(abi.StatusNoResources, "%d SRQs", o.limits.MaxSRQ)
 	}
 	srqn := slot + 1
-	db := d.srqDoorbell(srqn)
-	err = d.eng.CreateSRQ(engine.SRQSpec{
+	db := o.srqDoorbell(srqn)
+	err = o.eng.CreateSRQ(engine.SRQSpec{
 		SRQN: srqn, PDN: r.PDN, Doorbell: db, Size: r.Size, MaxSGE: r.MaxSGE, Limit: r.Limit, RingAddr: r.RingAddr,
 	})
 	if err != nil {
-		d.o.srqs.remove(slot)
+		o.srqs.remove(slot)
 		return nil, fmt.Errorf("SRQ %d: %w", srqn, err)
 	}
 	p.users++
@@ -43,8 +43,8 @@ func (d *Device) createSRQ(c *cmd, payload []byte) ([]byte, error) {
 }
 
 // lookupSRQ returns the SRQ a command names.
-func (d *Device) lookupSRQ(srqn uint32) (*srq, error) {
-	s := d.o.srq(srqn)
+func (o *objects) lookupSRQ(srqn uint32) (*srq, error) {
+	s := o.srq(srqn)
 	if s == nil {
 		return nil, fail(abi.StatusNotFound, "SRQ %d", srqn)
 	}
@@ -53,19 +53,19 @@ func (d *Device) lookupSRQ(srqn uint32) (*srq, error) {
 
 // modifySRQ is MODIFY_SRQ: it arms or disarms the limit. Resizing is not
 // offered (no resize capability), so MAX_WR fails the whole command.
-func (d *Device) modifySRQ(c *cmd, payload []byte) ([]byte, error) {
+func (o *objects) modifySRQ(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.ModifySRQReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	if _, err := d.lookupSRQ(r.SRQN); err != nil {
+	if _, err := o.lookupSRQ(r.SRQN); err != nil {
 		return nil, err
 	}
 	if r.AttrMask&abi.SRQAttrMaxWR != 0 {
 		return nil, fail(abi.StatusNotSupported, "SRQ %d: resizing", r.SRQN)
 	}
 	if r.AttrMask&abi.SRQAttrLimit != 0 {
-		if err := d.eng.ArmSRQLimit(r.SRQN, r.Limit); err != nil {
+		if err := o.eng.ArmSRQLimit(r.SRQN, r.Limit); err != nil {
 			return nil, fmt.Errorf("SRQ %d: %w", r.SRQN, err)
 		}
 	}
@@ -73,15 +73,15 @@ func (d *Device) modifySRQ(c *cmd, payload []byte) ([]byte, error) {
 }
 
 // querySRQ is QUERY_SRQ.
-func (d *Device) querySRQ(c *cmd, payload []byte) ([]byte, error) {
+func (o *objects) querySRQ(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.HandleReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	if _, err := d.lookupSRQ(r.Handle); err != nil {
+	if _, err := o.lookupSRQ(r.Handle); err != nil {
 		return nil, err
 	}
-	attr, err := d.eng.QuerySRQ(r.Handle)
+	attr, err := o.eng.QuerySRQ(r.Handle)
 	if err != nil {
 		return nil, fmt.Errorf("SRQ %d: %w", r.Handle, err)
 	}
@@ -90,23 +90,23 @@ func (d *Device) querySRQ(c *cmd, payload []byte) ([]byte, error) {
 
 // destroySRQ is DESTROY_SRQ: refused while a QP takes its receives from
 // the SRQ.
-func (d *Device) destroySRQ(c *cmd, payload []byte) ([]byte, error) {
+func (o *objects) destroySRQ(c *cmd, payload []byte) ([]byte, error) {
 	var r abi.HandleReq
 	if err := decode(payload, &r); err != nil {
 		return nil, err
 	}
-	s, err := d.lookupSRQ(r.Handle)
+	s, err := o.lookupSRQ(r.Handle)
 	if err != nil {
 		return nil, err
 	}
 	if s.users > 0 {
 		return nil, fail(abi.StatusBusy, "SRQ %d is used by %d QPs", r.Handle, s.users)
 	}
-	if err := d.eng.DestroySRQ(r.Handle); err != nil {
+	if err := o.eng.DestroySRQ(r.Handle); err != nil {
 		return nil, fmt.Errorf("SRQ %d: %w", r.Handle, err)
 	}
-	d.ev.dropSRQEvents(r.Handle)
-	d.o.pd(s.pdn).users--
-	d.o.srqs.remove(srqSlot(r.Handle))
+	o.ev.dropSRQEvents(r.Handle)
+	o.pd(s.pdn).users--
+	o.srqs.remove(srqSlot(r.Handle))
 	return c.out, nil
 }
