@@ -90,11 +90,9 @@ type Device struct {
 	// attr is the QUERY_DEVICE response payload; fixed at New.
 	attr []byte
 
-	fab  fabric.Fabric
 	pins *pvdma.Cache
 	mtt  *emtt.Table
 	eng  *engine.Engine
-	gids gidTable
 
 	// status is the config space status word (abi.ConfigStatus* bits).
 	status atomic.Uint32
@@ -116,10 +114,12 @@ type Device struct {
 
 	ctl control
 
-	// omu guards o, dbs and mem. Lock order: mu, then run, then omu.
-	omu sync.Mutex
-	o   objects
-	dbs doorbells
+	// omu guards o, gids (but the snapshot the engine reads), dbs and
+	// mem. Lock order: mu, then run, then ctl, then omu.
+	omu  sync.Mutex
+	o    objects
+	gids gidTable
+	dbs  doorbells
 	// mem is the guest memory the MRs are bound to (and the engine runs
 	// on).
 	mem *guestmem.Table
@@ -174,7 +174,6 @@ func New(cfg Config, log *slog.Logger) (*Device, error) {
 		guid:   nodeGUID(cfg.Name),
 		db:     db,
 		layout: layout,
-		fab:    fab,
 		pins:   pins,
 		mtt:    emtt.New(limits.MaxMR, pins),
 	}
