@@ -74,16 +74,6 @@ func (m *Message) validate() error {
 	return nil
 }
 
-// isAtomic reports an atomic request.
-func isAtomic(op wire.Op) bool { return op.IsAtomic() }
-
-// awaitsResponse reports whether op completes only when its response has
-// arrived.
-func awaitsResponse(op wire.Op) bool { return op.AwaitsResponse() }
-
-// consumesRecv reports whether op takes a receive WQE at the receiver.
-func consumesRecv(op wire.Op) bool { return op.ConsumesRecv() }
-
 // Status is how a message ended.
 type Status uint8
 

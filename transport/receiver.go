@@ -279,7 +279,7 @@ func (r *receiver) commitReady(c *Conn, now int64) {
 			m.begun, m.refused = false, nak
 			return
 		}
-		if awaitsResponse(m.Op) {
+		if m.Op.AwaitsResponse() {
 			c.startForResponse(m.respPSN)
 		}
 		switch m.Op {

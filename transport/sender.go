@@ -137,7 +137,7 @@ func (s *sender) post(m Message) (uint32, error) {
 	case wire.OpFetchAdd:
 		o.Len = 8
 	}
-	if consumesRecv(m.Op) {
+	if m.Op.ConsumesRecv() {
 		s.ssnNxt++
 	}
 	s.msnNxt++
@@ -184,11 +184,11 @@ func (s *sender) awaiting(reqMSN uint32, op wire.Op, n uint32) *outMsg {
 	}
 	m := s.msg(reqMSN)
 	switch {
-	case m.internal || m.respDone || !awaitsResponse(m.Op):
+	case m.internal || m.respDone || !m.Op.AwaitsResponse():
 		return nil
 	case op == wire.OpReadResp && (m.Op != wire.OpReadReq || n != m.Len):
 		return nil
-	case op == wire.OpAtomicResp && (!isAtomic(m.Op) || n != 8):
+	case op == wire.OpAtomicResp && (!m.Op.IsAtomic() || n != 8):
 		return nil
 	}
 	return m
@@ -420,7 +420,7 @@ func (s *sender) completeCommitted(c *Conn, now int64, committed uint32) {
 		if m.refused {
 			break // the NAK decides
 		}
-		if awaitsResponse(m.Op) && !m.respDone {
+		if m.Op.AwaitsResponse() && !m.respDone {
 			// The peer has the request; its response travels in its
 			// own reliable stream. Only a dead peer leaves us waiting.
 			s.respAt = now + s.rto
