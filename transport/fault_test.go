@@ -159,6 +159,61 @@ func TestReceiverNotReady(t *testing.T) {
 	})
 }
 
+// TestReplayedRNRNakUsesNoRetry: a SEND finds no receive WQE, and its
+// RNR NAK uses up the one RNR retry; a receive is posted and the SEND
+// goes again. The same NAK delivered again meanwhile (an on-path
+// attacker, a duplicating network) is about the transmission the wait
+// answered: it neither uses a retry (none is left: the connection would
+// fail RNR_RETRY_EXCEEDED) nor holds the new transmission back.
+// With rnr_retry 7 (for ever) it is not counted either.
+func TestReplayedRNRNakUsesNoRetry(t *testing.T) {
+	for _, retries := range []int{1, 7} {
+		t.Run(fmt.Sprintf("rnr_retry %d", retries), func(t *testing.T) { replayRNRNak(t, retries) })
+	}
+}
+
+func replayRNRNak(t *testing.T, retries int) {
+	a, b := newPair(t, transport.Config{Tenant: 7, MaxPayload: 1024, RNRRetry: retries})
+	data := make([]byte, 1000)
+	msn, err := a.ep.c.Post(transport.Message{Op: wire.OpSend, Len: uint32(len(data)), Src: bytesSrc(data), Token: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.sent[msn] = posted{op: wire.OpSend, data: data, token: 1000}
+	a.nextMSN, a.posts = 1, 1
+	b.sink.posted = 0
+	deliver(b, 10*us, drain(a, 0)...)
+	nak := drain(b, 10*us)
+	deliver(a, 20*us, nak...)
+	if st := a.ep.c.Stats(); st.RNRNaks != 1 {
+		t.Fatalf("%d RNR NAKs taken, want 1", st.RNRNaks)
+	}
+	b.sink.posted = 1
+	at, ok := a.ep.c.Timeout()
+	if !ok {
+		t.Fatal("no RNR wait armed")
+	}
+	a.ep.c.HandleTimeout(at)
+	again := drain(a, at)
+	if len(again) != 1 {
+		t.Fatalf("%d packets after the RNR wait, want 1", len(again))
+	}
+
+	deliver(a, at+5*us, nak...)
+	if st := a.ep.c.Stats(); st.RNRNaks != 1 || a.ep.c.Failed() {
+		t.Fatalf("after the replay: %d RNR NAKs taken (want 1), failed %v", st.RNRNaks, a.ep.c.Failed())
+	}
+	if resent := drain(a, at+5*us); len(resent) != 0 {
+		t.Errorf("the replay rewound the SEND: %d packets sent again", len(resent))
+	}
+	deliver(b, at+10*us, again...)
+	deliver(a, at+20*us, drain(b, at+10*us)...)
+	a.collect(t)
+	if a.statuses[transport.StatusOK] != 1 || b.sink.commits != 1 || a.ep.dropped != 0 {
+		t.Errorf("statuses %v, %d commits, %d dropped (%v)", a.statuses, b.sink.commits, a.ep.dropped, a.ep.firstDrop)
+	}
+}
+
 // TestRefusedMessageFailsOnlyTheRequester: a WRITE outside the target's
 // memory is refused (REMOTE_ACCESS); the requester's connection fails
 // with the rest flushed, and nothing is placed at the responder.

@@ -505,8 +505,12 @@ func (s *sender) nak(c *Conn, now int64, a *wire.Ack) {
 		c.fail(m.status)
 		return
 	}
-	if m.rnrUntil > now {
-		return // already waiting
+	if m.rnrUntil > now || a.EchoTS < m.rnrUntil {
+		// Waiting already, or about a transmission sent before the last
+		// wait ended, which that wait answered: the NAK that began it,
+		// replayed, or another of the same attempt (docs/wire.md,
+		// section 9).
+		return
 	}
 	c.st.RNRNaks++
 	if m.rnrs == 0 {
