@@ -364,7 +364,7 @@ func (s *sender) ack(c *Conn, now int64, p *wire.Packet) error {
 		s.una++
 	}
 	if p.Flags&wire.FlagDup != 0 && c.cfg.Recovery == Selective && !c.cfg.NoDupReports {
-		s.dupReported(c, &s.sendWindow, now, a.DupPSN)
+		s.dupReported(c, &s.sendWindow, now, a.DupPSN, rtt > 0)
 	}
 	if progress {
 		s.peerFree(&s.sendWindow, s.lastTS)

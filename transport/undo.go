@@ -80,13 +80,20 @@ func (u *undoEpisode) originalArrived(c *Conn, now int64, p *txPkt) {
 // packet psn again. A packet sent once was duplicated by the network; of
 // one sent n times, each report proves one retransmission unneeded
 // (counted once, whichever rule finds it first), and n-1 of them prove
-// the first transmission was delivered.
-func (r *recovery) dupReported(c *Conn, w *sendWindow, now int64, psn uint32) {
+// the first transmission was delivered. sampled: the ACK carrying it
+// gave an RTT sample, so it is not an ACK delivered again (rtt.go).
+func (r *recovery) dupReported(c *Conn, w *sendWindow, now int64, psn uint32, sampled bool) {
 	if !inRange(psn, w.nxt-pktHistory, w.nxt) {
 		return // its slot holds a later packet by now (or it was never sent)
 	}
 	p := w.pkt(psn)
 	if p.tx < 2 || p.state != pktAcked {
+		return
+	}
+	if p.dups > 0 && !sampled {
+		// Perhaps the ACK that carried the report taken, delivered
+		// again (docs/wire.md, section 9): another counts only from an
+		// ACK new on its path.
 		return
 	}
 	p.dups = min(p.dups+1, p.tx-1)

@@ -291,3 +291,82 @@ func TestNoUndoForRealLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayedDupReportUndoesNothing: psn 0's first transmission is lost
+// for good; it is declared lost by count (one cut), its retransmission,
+// held up, by time (a second cut: a congestion event of its own), and it
+// goes a third time. The receiver gets the two retransmissions and
+// reports one duplicate: one retransmission was unneeded, the first
+// transmission was not delivered. The same report delivered again (an
+// on-path attacker, a duplicating network) is no second report: the
+// second cut stays, and nothing more is counted spurious.
+func TestReplayedDupReportUndoesNothing(t *testing.T) {
+	ctl, err := cc.New(cc.Config{Kind: cc.KindCubic, InitCwnd: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &watchedCubic{Cubic: ctl.(*cc.Cubic)}
+	a, b := newPair(t, transport.Config{Tenant: 7, MaxPayload: 1024, DupThresh: 3, Reordering: transport.ReorderFixed,
+		CC: w, UndoCuts: true})
+	writeOf(t, a, 60)
+	a.posts = 1
+	first := drain(a, 0)
+	deliver(b, 50*us, first[1:]...)
+	deliver(a, 100*us, drain(b, 50*us)...)
+	burst := drain(a, 110*us) // psn 0 again first, then new packets
+	retx1 := burst[0]
+	deliver(b, 120*us, burst[1:]...)
+	now := 120 * us
+	var retx2 []byte
+	for ; retx2 == nil && now < 2*int64(time.Millisecond); now += 10 * us {
+		deliver(a, now, drain(b, now)...)
+		if at, ok := a.ep.c.Timeout(); ok && at <= now {
+			a.ep.c.HandleTimeout(now)
+		}
+		for _, pkt := range drain(a, now) {
+			var p wire.Packet
+			if wire.Parse(pkt, &p) == nil && p.PSN == 0 {
+				retx2 = pkt
+			} else {
+				deliver(b, now, pkt)
+			}
+		}
+	}
+	if st := a.ep.c.Stats(); retx2 == nil || len(w.beforeLoss) != 2 || st.Retransmits != 2 || st.Timeouts != 0 {
+		t.Fatalf("psn 0 not declared lost twice by count and time: %d cuts, stats %+v", len(w.beforeLoss), st)
+	}
+	deliver(b, now, retx1)
+	deliver(a, now+10*us, drain(b, now)...)
+	deliver(b, now+20*us, retx2)
+	report := drain(b, now+20*us)
+	if got, _ := dupReports(t, report); !equalInts(got, []int64{0}) {
+		t.Fatalf("the receiver reports %v, want [0]", got)
+	}
+	deliver(a, now+30*us, report...)
+	st, cwnd := a.ep.c.Stats(), w.Cwnd()
+	if st.SpuriousRetransmits != 1 || st.CCUndos != 0 {
+		t.Fatalf("after the report: %d spurious, %d undos, want 1 and 0", st.SpuriousRetransmits, st.CCUndos)
+	}
+
+	deliver(a, now+500*us, report...)
+	if got := a.ep.c.Stats(); got.AcksReceived != st.AcksReceived+1 || got.SpuriousRetransmits != 1 || got.CCUndos != 0 || w.Cwnd() != cwnd {
+		t.Errorf("after the replay: %d ACKs taken, %d spurious, %d undos, window %g; want %d, 1, 0, %g",
+			got.AcksReceived, got.SpuriousRetransmits, got.CCUndos, w.Cwnd(), st.AcksReceived+1, cwnd)
+	}
+	transport.ArrivedFirst(a.ep.c, func(psn uint32, _ int64) {
+		if psn == 0 {
+			t.Error("psn 0's first transmission taken for delivered")
+		}
+	})
+	for now += 600 * us; !a.finished() && now < 100*int64(time.Millisecond); now += 50 * us {
+		if at, ok := a.ep.c.Timeout(); ok && at <= now {
+			a.ep.c.HandleTimeout(now)
+		}
+		deliver(b, now, drain(a, now)...)
+		deliver(a, now, drain(b, now)...)
+		a.collect(t)
+	}
+	if a.statuses[transport.StatusOK] != 1 || a.ep.dropped != 0 {
+		t.Errorf("statuses %v, %d dropped (%v)", a.statuses, a.ep.dropped, a.ep.firstDrop)
+	}
+}
