@@ -10,8 +10,9 @@ import (
 // FuzzConnHandle feeds a connection arbitrary packets that pass the wire
 // parser, addressed to it (right tenant, connection and token: the
 // peer's stream's for DATA, its own stream's for an ACK), between
-// real traffic: it must never panic, never complete a message twice or
-// out of order, and never commit bytes of a message it did not accept.
+// real traffic, and again after it: it must never panic, never complete
+// a message twice or out of order, and never commit bytes of a message it
+// did not accept.
 func FuzzConnHandle(f *testing.F) {
 	buf := make([]byte, 4096)
 	a, _ := newPair(&testing.T{}, transport.Config{Tenant: 7, MaxPayload: 256})
@@ -68,17 +69,24 @@ func FuzzConnHandle(f *testing.F) {
 			}
 			q.Tenant, q.Conn, q.Token = 7, id, tok
 			now := int64(when)
-			dst.ep.c.Handle(now, &q)
-			for range 64 {
-				if pkt, _, ok := a.ep.c.Transmit(now, buf); ok {
-					peer.ep.Receive(now, pkt)
+			rounds := func(n int) {
+				for range n {
+					if pkt, _, ok := a.ep.c.Transmit(now, buf); ok {
+						peer.ep.Receive(now, pkt)
+					}
+					if pkt, _, ok := peer.ep.c.Transmit(now, buf); ok {
+						a.ep.Receive(now, pkt)
+					}
+					now += 1000
+					a.ep.c.HandleTimeout(now)
 				}
-				if pkt, _, ok := peer.ep.c.Transmit(now, buf); ok {
-					a.ep.Receive(now, pkt)
-				}
-				now += 1000
-				a.ep.c.HandleTimeout(now)
 			}
+			dst.ep.c.Handle(now, &q)
+			rounds(64)
+			// The same packet again, after the state it found has moved
+			// on: a replay.
+			dst.ep.c.Handle(now, &q)
+			rounds(16)
 			a.collect(t)
 		}
 	})
