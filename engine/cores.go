@@ -18,19 +18,13 @@ import (
 // engines; the thread polls every awake engine in turn, runs each one's
 // half of the wake-up protocol, and blocks only when all of them sleep.
 //
-// Dedicated threads (GOMAXPROCS at least two above the thread count)
-// hold runtime.LockOSThread for their whole life and spin without
-// runtime.Gosched: yielding hands the goroutine to the scheduler, which
-// with idle processors around migrates it between OS threads and wakes
-// it through futexes, microseconds a polling core does not pay
-// (docs/architecture.md, "Data-path threads"). Bounding the threads
-// below GOMAXPROCS leaves processors to the control path and, on a small
-// host, to everything else: spinning threads never starve each other or
-// the runtime. Without processors to spare (a 2-core host), Cores fall
-// back to what the engines did before: a goroutine per engine that
-// yields between polls. By default the spare processors must be cores
-// too: GOMAXPROCS above the CPUs the process may run on leaves a
-// spinning thread holding a core the kernel's network path waits for.
+// Dedicated threads hold runtime.LockOSThread for their whole life and
+// spin without runtime.Gosched. They need spareProcs processors beside
+// them, and by default the spare processors must be cores too
+// (GOMAXPROCS capped at the CPUs the process may run on); without them
+// (a 2-core host), Cores fall back to a goroutine per engine that yields
+// between polls. Why, and what each choice measured:
+// docs/architecture.md, "Data-path threads".
 type Cores struct {
 	log       *slog.Logger
 	dedicated bool
@@ -59,9 +53,7 @@ type CoresConfig struct {
 // spareProcs is how many processors dedicated threads leave to the rest:
 // one for the control path and the vhost rings' workers, and one idle,
 // whose M blocks in the network poller and so hears a guest's kick (an
-// eventfd) at once. With every processor busy the runtime polls the
-// network only when a run queue empties, and a sleeping engine's kick
-// can wait hundreds of microseconds (measured: docs/architecture.md).
+// eventfd) at once (docs/architecture.md, "Data-path threads").
 const spareProcs = 2
 
 // DefaultDataThreads is the default number of data-path threads: a
