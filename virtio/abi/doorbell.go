@@ -129,14 +129,10 @@ const (
 	DevPageOffWakeups     = 0x08
 )
 
-// EngineIdle is set in engine_flags while the device's engine sleeps. The
-// wake-up protocol: the driver writes its WQEs, stores the producer index
-// into the doorbell record, then (after a full barrier, which an atomic
-// store gives) loads engine_flags; if EngineIdle is set it kicks
-// QueueWakeup. The engine, before it sleeps, stores EngineIdle, then
-// scans every doorbell once more and only sleeps if that scan found no
-// work. One of the two always sees the other's store, so a doorbell is
-// never lost, and a busy engine (flag clear) costs the driver no kick.
+// EngineIdle is set in engine_flags while the device's engine sleeps: a
+// driver that loads it set after storing a producer index (with a full
+// barrier between) kicks QueueWakeup. The wake-up protocol, both sides
+// and why no doorbell is lost: docs/spec.md §6.6.
 const EngineIdle uint32 = 1 << 0
 
 // QP doorbell record (one per QP, RecordSize bytes at RecordOffset(i)).
