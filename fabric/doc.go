@@ -7,10 +7,10 @@
 // This package holds the interface and Local, the in-process fabric that
 // joins the devices of one daemon (two VMs on one host): Post calls the
 // destination's Responder directly, so a WRITE is one copy from the source
-// guest's memory into the destination guest's. The cross-host transport
-// (transport/, to come) is to implement the same interface over UDP: cut a
-// Request into packets, place them at their offsets on arrival through
-// the remote Responder, and complete in order.
+// guest's memory into the destination guest's. Package fabric/remote
+// implements the same interfaces across hosts over the UDP transport: a
+// Request goes as packets, which the far end places at their offsets on
+// arrival through the device's StreamResponder, completing in order.
 //
 // Invariants:
 //   - Complete is called exactly once per Post, possibly before Post
