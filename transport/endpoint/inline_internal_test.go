@@ -42,10 +42,7 @@ func runIdle(t *testing.T, e *Endpoint) func() {
 	stop := func() { cancel(); <-done }
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		e.smu.Lock()
-		armed := e.armed
-		e.smu.Unlock()
-		if armed > 0 {
+		if e.armed.Load() > 0 {
 			return stop
 		}
 		if time.Now().After(deadline) {
@@ -60,9 +57,11 @@ func runIdle(t *testing.T, e *Endpoint) func() {
 // no timer is due; a message sent inline starts its connection's RTO, so
 // the inline send moves the loop's deadline to it (else a lost packet
 // would wait for the idle deadline, not the RTO).
-func TestInlineSendBringsTimerForward(t *testing.T) {
+func TestInlineSendBringsTimerForward(t *testing.T) { BothModes(t, testInlineSendBringsTimerForward) }
+
+func testInlineSendBringsTimerForward(t *testing.T, o Options) {
 	sock, peer := listenLo(t), listenLo(t) // nobody answers at peer
-	e := New(sock, nil)
+	e := NewWith(sock, nil, o)
 	c, err := transport.NewConn(transport.Config{Tenant: 1, LocalConn: 1, LocalToken: 11, RemoteConn: 2, RemoteToken: 22,
 		MaxPayload: 1024, RTOInit: 300 * time.Microsecond, RTOMin: 300 * time.Microsecond}, nopSink{})
 	if err != nil {
@@ -83,9 +82,7 @@ func TestInlineSendBringsTimerForward(t *testing.T) {
 	if n := e.xsent.Load(); n != 1 {
 		t.Fatalf("%d datagrams sent inline, want 1", n)
 	}
-	e.smu.Lock()
-	armed := e.armed
-	e.smu.Unlock()
+	armed := e.armed.Load()
 	// Unless the RTO has already fired and the loop re-armed for the
 	// backed-off one (a loaded machine, as above): then the loop did wake
 	// for the send, which is the point.
@@ -110,9 +107,11 @@ func TestInlineSendBringsTimerForward(t *testing.T) {
 // TestLoopSendsInlineLeftovers: datagrams an inline send could not write
 // at once (the socket would have made it wait) are the loop's: it sends
 // them, and inline sending resumes after.
-func TestLoopSendsInlineLeftovers(t *testing.T) {
+func TestLoopSendsInlineLeftovers(t *testing.T) { BothModes(t, testLoopSendsInlineLeftovers) }
+
+func testLoopSendsInlineLeftovers(t *testing.T, o Options) {
 	sock, peer := listenLo(t), listenLo(t)
-	e := New(sock, nil)
+	e := NewWith(sock, nil, o)
 	// Two datagrams left by an inline send that wrote one of three.
 	e.xmu.Lock()
 	for i := range 3 {

@@ -17,8 +17,9 @@ import "sync/atomic"
 // its order at the cost of waiting for a producer preempted between its
 // claim and its publish.
 //
-// The consumer's methods (pop, ready, head) must not run concurrently
-// with each other; the Endpoint calls them under its main lock.
+// The consumer's methods (pop, head) must not run concurrently with each
+// other; the Endpoint calls them under its main lock. ready may be called
+// from anywhere: a poller's peek.
 type ring[T any] struct {
 	// Read-only after init.
 	mask uint64
@@ -28,7 +29,7 @@ type ring[T any] struct {
 	_    [64]byte
 	tail atomic.Uint64 // next position to claim
 	_    [56]byte
-	pos  uint64 // next position to take
+	pos  atomic.Uint64 // next position to take: written by the consumer only
 	_    [56]byte
 }
 
@@ -76,23 +77,29 @@ func (r *ring[T]) push(v *T) bool {
 // pop takes the oldest item into *v, or reports false if there is none
 // published at the head. Consumer only.
 func (r *ring[T]) pop(v *T) bool {
-	s := &r.s[r.pos&r.mask]
-	if s.seq.Load() != r.pos+1 {
+	p := r.pos.Load()
+	s := &r.s[p&r.mask]
+	if s.seq.Load() != p+1 {
 		return false
 	}
 	*v = s.v
 	var zero T
 	s.v = zero // drop references for the collector
-	s.seq.Store(r.pos + r.mask + 1)
-	r.pos++
+	s.seq.Store(p + r.mask + 1)
+	r.pos.Store(p + 1)
 	return true
 }
 
-// ready reports whether pop would take an item. Consumer only.
-func (r *ring[T]) ready() bool { return r.s[r.pos&r.mask].seq.Load() == r.pos+1 }
+// ready reports whether pop would take an item: exactly from the
+// consumer; from another goroutine, as a hint that a pop running
+// meanwhile may make out of date.
+func (r *ring[T]) ready() bool {
+	p := r.pos.Load()
+	return r.s[p&r.mask].seq.Load() == p+1
+}
 
 // head is the position pop takes next. Consumer only.
-func (r *ring[T]) head() uint64 { return r.pos }
+func (r *ring[T]) head() uint64 { return r.pos.Load() }
 
 // claimed is the position the next push claims: every item pushed, or
 // being pushed, is below it.
