@@ -287,3 +287,42 @@ func TestCoresDefaultNeedsSpareCores(t *testing.T) {
 		t.Fatalf("one explicit thread: %s", c.Mode())
 	}
 }
+
+// TestCoresReserve: threads reserved for the caller take the first
+// CPUs, leave the rest to the engines, and count against the
+// processors: one thread and one reserved need GOMAXPROCS 4.
+func TestCoresReserve(t *testing.T) {
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		t.Fatal(err)
+	}
+	var cpus []int
+	for cpu := 0; len(cpus) < 2 && cpu < 1024; cpu++ {
+		if allowed.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	if len(cpus) < 2 {
+		t.Skip("fewer than 2 CPUs")
+	}
+	c := dedicatedCores(t, engine.CoresConfig{CPUs: cpus, Reserve: 1})
+	if r, s := c.Reserved(), c.Stats(); len(r) != 1 || r[0] != cpus[0] || len(s) != 1 || s[0].CPU != cpus[1] {
+		t.Fatalf("reserved %v, engine threads %+v; want CPU %d reserved, %d the engines'", r, s, cpus[0], cpus[1])
+	}
+	if _, err := engine.NewCores(engine.CoresConfig{CPUs: cpus[:1], Reserve: 1}); err == nil {
+		t.Error("a single CPU reserved: no CPU left to the engines, but accepted")
+	}
+	p := runtime.GOMAXPROCS(3)
+	t.Cleanup(func() { runtime.GOMAXPROCS(p) })
+	c, err := engine.NewCores(engine.CoresConfig{Threads: 1, Reserve: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Dedicated() || len(c.Reserved()) != 1 || c.Reserved()[0] != -1 {
+		t.Fatalf("GOMAXPROCS 3, a thread and one reserved: dedicated %v, reserved %v", c.Dedicated(), c.Reserved())
+	}
+	runtime.GOMAXPROCS(4)
+	if c, err = engine.NewCores(engine.CoresConfig{Threads: 1, Reserve: 1}); err != nil || !c.Dedicated() {
+		t.Fatalf("GOMAXPROCS 4, a thread and one reserved: dedicated %v, %v", c.Dedicated(), err)
+	}
+}
