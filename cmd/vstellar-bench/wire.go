@@ -93,12 +93,17 @@ type link struct {
 	wg     sync.WaitGroup
 }
 
-// newLink starts endpoints on hp's sockets with one connection.
-func newLink(ctx context.Context, hp *hostPair, cfg transport.Config, paths int) (*link, error) {
+// newLink starts endpoints on hp's sockets with one connection, polling
+// if poll.
+func newLink(ctx context.Context, hp *hostPair, cfg transport.Config, paths int, poll bool) (*link, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	l := &link{done: make(chan transport.Completion, 1<<12), cancel: cancel, socks: hp.socks}
+	var o endpoint.Options
+	if poll {
+		o.Poll = &endpoint.Polling{}
+	}
 	for i := range l.eps {
-		l.eps[i] = endpoint.New(hp.socks[i], nil)
+		l.eps[i] = endpoint.NewWith(hp.socks[i], nil, o)
 		c := cfg
 		c.LocalConn, c.RemoteConn = uint32(1+i), uint32(2-i)
 		c.LocalToken, c.RemoteToken = uint64(0x5eed+i), uint64(0x5eed+1-i)
@@ -216,7 +221,7 @@ func runWire(ctx context.Context, o options, r *report) error {
 		sizes, d, pings, qps, rounds = []int{1 << 20}, 100*time.Millisecond, 200, 4, 1
 	}
 	const paths = 4 // the core link's and the UDP baseline's source ports
-	vp, err := newVMPair(ctx, hostsim.PairOptions{Net: netlab.Options{Prefix: "vsbench", MTU: 9000}}, qps)
+	vp, err := newVMPair(ctx, hostsim.PairOptions{Net: netlab.Options{Prefix: "vsbench", MTU: 9000}, DataCores: o.dataCores}, qps)
 	if err != nil {
 		return err
 	}
@@ -253,7 +258,7 @@ func runWire(ctx context.Context, o options, r *report) error {
 		}
 		udpRTTs = append(udpRTTs, lat.RTTs...)
 
-		l, err := newLink(ctx, hp, transport.Config{Tenant: 1, MaxPayload: payload}, paths)
+		l, err := newLink(ctx, hp, transport.Config{Tenant: 1, MaxPayload: payload}, paths, len(o.dataCores) > 1)
 		if err != nil {
 			return err
 		}
