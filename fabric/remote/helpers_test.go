@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -348,10 +349,17 @@ type opts struct {
 }
 
 // bothModes runs f with the endpoint's loop blocking between rounds (the
-// default) and polling.
+// default) and polling, with GOMAXPROCS at least 4: two processors
+// beside the two polling loops, as vstellard would grant them.
 func bothModes(t *testing.T, f func(t *testing.T, o opts)) {
 	t.Run("blocking", func(t *testing.T) { f(t, opts{}) })
-	t.Run("polling", func(t *testing.T) { f(t, opts{poll: true}) })
+	t.Run("polling", func(t *testing.T) {
+		if p := runtime.GOMAXPROCS(0); p < 4 {
+			runtime.GOMAXPROCS(4)
+			t.Cleanup(func() { runtime.GOMAXPROCS(p) })
+		}
+		f(t, opts{poll: true})
+	})
 }
 
 func newHost(t testing.TB, prefix, gid string, o opts) *host {

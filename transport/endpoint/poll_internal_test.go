@@ -201,6 +201,7 @@ func TestSubmitAllocs(t *testing.T) {
 // TestIdlePollingSleeps: a polling endpoint exchanges messages, then,
 // idle, goes back to blocking: its busy time stops growing.
 func TestIdlePollingSleeps(t *testing.T) {
+	pollingProcs(t)
 	done := make(chan transport.Completion, 100)
 	a, b := pairLo(t, Options{Poll: &Polling{}}, 0, func(c transport.Completion) { done <- c })
 	if on, cpu := a.Polling(); !on || cpu != -1 {
