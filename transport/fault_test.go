@@ -214,6 +214,38 @@ func replayRNRNak(t *testing.T, retries int) {
 	}
 }
 
+// TestRNRNakEchoesTheRefusedPacket: a receiver still not ready refuses
+// the SEND's retransmission after the RNR wait, in a batch where an old
+// copy of its first transmission (duplicated by the network) comes after
+// it. The NAK must echo the retransmission's ts, or the sender takes it
+// for one its wait already answered, ignores it and, its SEND never
+// acknowledged, spends transport retries instead of an RNR retry.
+func TestRNRNakEchoesTheRefusedPacket(t *testing.T) {
+	a, b := newPair(t, transport.Config{Tenant: 7, MaxPayload: 1024, RNRRetry: 7})
+	data := make([]byte, 1000)
+	msn, err := a.ep.c.Post(transport.Message{Op: wire.OpSend, Len: uint32(len(data)), Src: bytesSrc(data), Token: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.sent[msn] = posted{op: wire.OpSend, data: data, token: 1000}
+	a.nextMSN, a.posts = 1, 1
+	b.sink.posted = 0
+	first := drain(a, 0)
+	deliver(b, 10*us, first...)
+	deliver(a, 20*us, drain(b, 10*us)...)
+	at, ok := a.ep.c.Timeout()
+	if !ok {
+		t.Fatal("no RNR wait armed")
+	}
+	a.ep.c.HandleTimeout(at)
+	again := drain(a, at)
+	deliver(b, at+10*us, append(again, first...)...)
+	deliver(a, at+20*us, drain(b, at+10*us)...)
+	if st := a.ep.c.Stats(); st.RNRNaks != 2 {
+		t.Fatalf("%d RNR NAKs taken, want 2: the retransmission's NAK was ignored", st.RNRNaks)
+	}
+}
+
 // TestRefusedMessageFailsOnlyTheRequester: a WRITE outside the target's
 // memory is refused (REMOTE_ACCESS); the requester's connection fails
 // with the rest flushed, and nothing is placed at the responder.

@@ -35,6 +35,7 @@ type receiver struct {
 	rnrMSN     uint32 // a receiver-not-ready NAK to send (rnrPending)
 	rnrTimer   uint8
 	rnrPending bool
+	rnrTS      int64 // the refused packet's ts, which the NAK echoes
 	// A BUSY NAK to send (busyPending) about busyMSN, and when the last
 	// was queued (busyNaked: one was), for the rate limit.
 	busyMSN     uint32
@@ -168,6 +169,9 @@ func (r *receiver) data(c *Conn, now int64, p *wire.Packet) error {
 			// Keep nothing: the packet is not received, and the sender
 			// comes back after the timer.
 			*m = inMsg{}
+			if !r.rnrPending || p.TS > r.rnrTS {
+				r.rnrTS = p.TS // the newest refused: older ones' waits answered them
+			}
 			r.rnrMSN, r.rnrTimer, r.rnrPending = d.MSN, timer, true
 			r.ackNow(p)
 			return nil
@@ -330,7 +334,10 @@ func (r *receiver) appendAck(c *Conn, dst []byte) ([]byte, uint16) {
 	if m := &r.msgs[r.commit%maxMessages]; m.valid && m.MSN == r.commit && m.refused != wire.NAKNone {
 		a.NAK, a.NAKMSN = m.refused, r.commit
 	} else if r.rnrPending {
-		a.NAK, a.NAKMSN, a.RNRTimer = wire.NAKRNR, r.rnrMSN, r.rnrTimer
+		// Echo the refused packet's ts, not the last one's of the batch:
+		// the sender tells by it which transmission the NAK is about
+		// (docs/wire.md, section 9).
+		a.NAK, a.NAKMSN, a.RNRTimer, a.EchoTS = wire.NAKRNR, r.rnrMSN, r.rnrTimer, r.rnrTS
 	} else if r.busyPending {
 		a.NAK, a.NAKMSN = wire.NAKBusy, r.busyMSN
 		c.st.BusyNaksSent++
