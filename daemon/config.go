@@ -77,11 +77,8 @@ type Config struct {
 	// that serves Prometheus metrics at /metrics; empty serves none.
 	MetricsListen string `json:"metrics_listen,omitempty"`
 	// DataCores, if set, are the CPUs the data path polls from: one
-	// data-path thread pinned to each, the devices spread over them;
-	// with a Fabric and several CPUs, the first is the fabric
-	// endpoint's (it polls when the engines' threads are dedicated).
-	// Empty: engine.DefaultDataThreads threads, unpinned (and, with a
-	// Fabric, one more for the endpoint).
+	// data-path thread pinned to each, the devices spread over them.
+	// Empty: engine.DefaultDataThreads threads, unpinned.
 	DataCores CPUList `json:"data_cores,omitempty"`
 	// Devices are created when Run starts.
 	Devices []api.DeviceSpec `json:"devices"`

@@ -17,7 +17,6 @@ import (
 	"github.com/vstellar/vstellar/internal/confcheck"
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/transport/cc"
-	"github.com/vstellar/vstellar/transport/endpoint"
 	"github.com/vstellar/vstellar/transport/pathsel"
 )
 
@@ -214,11 +213,6 @@ func (m *Manager) startFabric(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if c := m.shared.Cores; c.Dedicated() {
-		if r := c.Reserved(); len(r) == 1 {
-			cfg.Poll = &endpoint.Polling{Pin: r[0] >= 0, CPU: r[0]}
-		}
-	}
 	var f *remote.Fabric
 	open := func() error {
 		var err error
@@ -253,9 +247,7 @@ func (m *Manager) startFabric(ctx context.Context) error {
 		return err
 	}
 	m.shared.Fabric, m.shared.GIDPrefix = f, spec.GIDPrefix
-	poll, cpu, _ := f.Poller()
-	m.log.Info("cross-host fabric up", "addr", f.Addr(), "interface", spec.Interface, "mtu", f.MTU(), "gid_prefix", spec.GIDPrefix, "peers", len(spec.Peers),
-		"polling", poll, "cpu", cpu)
+	m.log.Info("cross-host fabric up", "addr", f.Addr(), "interface", spec.Interface, "mtu", f.MTU(), "gid_prefix", spec.GIDPrefix, "peers", len(spec.Peers))
 	return nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/internal/netlab"
 	"github.com/vstellar/vstellar/internal/testkit/daemontest"
-	"golang.org/x/sys/unix"
 )
 
 func fabricSpec(t *testing.T) *daemon.FabricSpec {
@@ -236,57 +234,4 @@ func FuzzParseListen(f *testing.F) {
 			t.Fatalf("%q -> %v", s, ap)
 		}
 	})
-}
-
-// TestFabricEndpointThread: the fabric's endpoint polls from a thread of
-// its own exactly when the engines' threads are dedicated, on the first
-// of several data cores; with one data core, or processors too few for
-// the extra thread, it blocks between rounds.
-func TestFabricEndpointThread(t *testing.T) {
-	var allowed unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
-		t.Fatal(err)
-	}
-	var cpus daemon.CPUList
-	for cpu := 0; len(cpus) < 2 && cpu < 1024; cpu++ {
-		if allowed.IsSet(cpu) {
-			cpus = append(cpus, cpu)
-		}
-	}
-	if len(cpus) < 2 {
-		t.Skip("fewer than 2 CPUs")
-	}
-	p := runtime.GOMAXPROCS(0)
-	t.Cleanup(func() { runtime.GOMAXPROCS(p) })
-	for _, c := range []struct {
-		name  string
-		procs int
-		cores daemon.CPUList
-		poll  bool
-		cpu   int
-	}{
-		// One engine thread, the endpoint's, two spare.
-		{"two cores", 4, cpus, true, cpus[0]},
-		{"two cores, too few processors", 3, cpus, false, -1},
-		{"one core", 4, cpus[:1], false, -1},
-	} {
-		runtime.GOMAXPROCS(c.procs)
-		f := &daemontest.Factory{}
-		cfg := testConfig(t, f)
-		cfg.Fabric = fabricSpec(t)
-		cfg.DataCores = c.cores
-		m := newManager(t, cfg)
-		if _, err := m.CreateDevice(context.Background(), api.DeviceSpec{Name: "a"}); err != nil {
-			t.Fatal(err)
-		}
-		mode, threads := m.DataThreads()
-		on, cpu, _ := m.Fabric().Poller()
-		if on != c.poll || cpu != c.cpu || (mode == "dedicated") != c.poll && len(c.cores) != 1 {
-			t.Errorf("%s: endpoint polling %v on CPU %d, engines %s on %+v; want polling %v on CPU %d",
-				c.name, on, cpu, mode, threads, c.poll, c.cpu)
-		}
-		if err := m.Shutdown(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
 }

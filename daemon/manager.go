@@ -71,15 +71,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 	}
 	cfg.RunDir = filepath.Clean(cfg.RunDir)
 	cfg.Devices = slices.Clone(cfg.Devices)
-	cc := engine.CoresConfig{CPUs: cfg.DataCores, Log: log}
-	if cfg.Fabric != nil && len(cfg.DataCores) != 1 {
-		// The fabric's endpoint polls from a data-path thread of its own
-		// when the engines' do (startFabric): the first of several data
-		// cores, or one more thread. A single data core stays the
-		// engines', and the endpoint blocks between rounds.
-		cc.Reserve = 1
-	}
-	cores, err := engine.NewCores(cc)
+	cores, err := engine.NewCores(engine.CoresConfig{CPUs: cfg.DataCores, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", &confcheck.ConfigError{Path: "data_cores", Err: fmt.Errorf("%w: %w", api.ErrInvalid, err), Offset: -1})
 	}
@@ -328,8 +320,7 @@ func (m *Manager) DeviceState(name string) (DeviceState, error) {
 func (m *Manager) PinStats() pvdma.Stats { return m.shared.Pins.Stats() }
 
 // DataThreads says how the data path polls the engines (engine.Cores
-// Mode) and what each of its threads did. The fabric's endpoint thread,
-// if it polls, is remote.Fabric.Poller's.
+// Mode) and what each of its threads did.
 func (m *Manager) DataThreads() (mode string, threads []engine.ThreadStats) {
 	return m.shared.Cores.Mode(), m.shared.Cores.Stats()
 }

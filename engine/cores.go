@@ -28,7 +28,6 @@ import (
 type Cores struct {
 	log       *slog.Logger
 	dedicated bool
-	reserved  []int // CoresConfig.Reserve's threads: their CPUs, or -1
 
 	mu      sync.Mutex
 	threads []*dataThread
@@ -48,15 +47,7 @@ type CoresConfig struct {
 	// says why). Implied when GOMAXPROCS leaves fewer than two
 	// processors beside the threads (spareProcs).
 	Shared bool
-	// Reserve is the number of data-path threads the caller runs
-	// itself beside the engines' (the transport endpoint's, which
-	// polls when the engines' threads are dedicated): they count
-	// against the processors like the engines' threads, and with CPUs
-	// each takes one, the first listed, which no engine polls from.
-	// Reserved reports them. CPUs must leave at least one CPU to the
-	// engines.
-	Reserve int
-	Log     *slog.Logger
+	Log    *slog.Logger
 }
 
 // spareProcs is how many processors dedicated threads leave to the rest:
@@ -85,11 +76,8 @@ func NewCores(cfg CoresConfig) (*Cores, error) {
 		n = DefaultDataThreads()
 	}
 	cpus := slices.Clone(cfg.CPUs)
-	if len(cpus) > 0 && cfg.Reserve >= len(cpus) {
-		return nil, fmt.Errorf("%d CPUs for %d threads of the caller's and the engines'", len(cpus), cfg.Reserve)
-	}
 	if len(cpus) > 0 {
-		n = len(cpus) - cfg.Reserve
+		n = len(cpus)
 		var allowed unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &allowed); err != nil {
 			return nil, fmt.Errorf("sched_getaffinity: %w", err)
@@ -106,13 +94,6 @@ func NewCores(cfg CoresConfig) (*Cores, error) {
 		}
 	}
 	c := &Cores{log: log, dedicated: !cfg.Shared}
-	for range max(cfg.Reserve, 0) {
-		cpu := -1
-		if len(cpus) > 0 {
-			cpu, cpus = cpus[0], cpus[1:]
-		}
-		c.reserved = append(c.reserved, cpu)
-	}
 	// An explicit thread count or CPU list is the caller's choice, held
 	// to the processors only; the default also to the cores (above).
 	explicit := cfg.Threads > 0 || len(cpus) > 0
@@ -120,7 +101,7 @@ func NewCores(cfg CoresConfig) (*Cores, error) {
 	if !explicit {
 		procs = min(procs, runtime.NumCPU())
 	}
-	if c.dedicated && procs < n+len(c.reserved)+spareProcs {
+	if c.dedicated && procs < n+spareProcs {
 		// Only an explicit choice is worth a warning: on a small host
 		// the default is expected to fall back.
 		say := log.Info
@@ -128,7 +109,7 @@ func NewCores(cfg CoresConfig) (*Cores, error) {
 			say = log.Warn
 		}
 		say("too few processors for dedicated data-path threads: each engine polls from a yielding goroutine instead",
-			"threads", n, "reserved", len(c.reserved), "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
+			"threads", n, "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
 		c.dedicated = false
 	}
 	for i := range n {
@@ -151,10 +132,6 @@ func privateCores(log *slog.Logger) *Cores { return &Cores{log: log} }
 
 // Dedicated reports whether the threads hold OS threads and spin.
 func (c *Cores) Dedicated() bool { return c.dedicated }
-
-// Reserved returns the CPUs of the threads CoresConfig.Reserve kept for
-// the caller (-1: unpinned), which are to poll only if Dedicated.
-func (c *Cores) Reserved() []int { return slices.Clone(c.reserved) }
 
 // Mode names how the threads poll: "dedicated" (spinning on OS threads
 // of their own) or "yielding" (a goroutine per engine).

@@ -83,7 +83,7 @@ func New(src Source) *Collector {
 		dataThreads: desc("data_threads",
 			"Threads polling the devices' engines, by mode: dedicated (spinning on OS threads of their own), yielding (a goroutine per engine: too few cores or processors to spare).", "mode"),
 		threadBusy: desc("data_thread_busy_seconds_total",
-			"Time a dedicated data-path thread spent polling with an engine awake (thread=\"endpoint\": the fabric's endpoint polling or working): the CPU it burned (rate() of it is the thread's busy ratio).", "thread", "cpu"),
+			"Time a dedicated data-path thread spent polling with an engine awake: the CPU it burned (rate() of it is the thread's busy ratio).", "thread", "cpu"),
 		threadEngines: desc("data_thread_engines", "Engines placed on a dedicated data-path thread.", "thread", "cpu"),
 		fabricPathRTT: desc("fabric_path_rtt_seconds", "Round-trip times measured on each path (UDP source port index).", "path"),
 	}
@@ -180,23 +180,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // collectThreads reports the data-path threads. Only dedicated threads
 // are reported one by one: a yielding one lives as long as its engine,
 // whose own busy time is data_path_busy_seconds_total.
-//
-// The fabric's endpoint thread, when it polls beside dedicated engine
-// threads, is one more, labelled thread="endpoint".
 func (c *Collector) collectThreads(ch chan<- prometheus.Metric) {
 	mode, threads := c.src.DataThreads()
-	n := len(threads)
-	if f := c.src.Fabric(); f != nil {
-		if on, cpu, busy := f.Poller(); on {
-			n++
-			label := "any"
-			if cpu >= 0 {
-				label = strconv.Itoa(cpu)
-			}
-			ch <- prometheus.MustNewConstMetric(c.threadBusy, prometheus.CounterValue, busy.Seconds(), "endpoint", label)
-		}
-	}
-	ch <- prometheus.MustNewConstMetric(c.dataThreads, prometheus.GaugeValue, float64(n), mode)
+	ch <- prometheus.MustNewConstMetric(c.dataThreads, prometheus.GaugeValue, float64(len(threads)), mode)
 	if mode != "dedicated" {
 		return
 	}

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/vstellar/vstellar/daemon"
 	"github.com/vstellar/vstellar/internal/netlab"
 )
 
@@ -76,10 +75,6 @@ type options struct {
 	// pairs, if set, adds the verbs suite's scaling table: K VM pairs
 	// writing at once, for each K (scale.go).
 	pairs []int
-	// dataCores, if set, are the wire suite's hosts' data cores
-	// (daemon.Config.DataCores): with several, their endpoints poll from
-	// the first, and so do the core rows' endpoints (unpinned).
-	dataCores daemon.CPUList
 }
 
 func usage(w io.Writer) {
@@ -137,12 +132,6 @@ func suiteFlags(s *suite, args []string, stderr io.Writer) (o options, prof prof
 		p, err := parseCounts("pairs", "number of VM pairs", v, maxPairs)
 		o.pairs = p
 		return err
-	})
-	fs.Func("data-cores", "wire: the hosts' data cores (vstellard --data-cores: 0,1 polls the endpoints from CPU 0, the engines from CPU 1, given the processors)", func(v string) error {
-		if s.name != "wire" {
-			return fmt.Errorf("--data-cores: not for the %s suite (only wire)", s.name)
-		}
-		return o.dataCores.Set(v)
 	})
 	fs.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&prof.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")

@@ -64,9 +64,6 @@ func addProcs(ctx context.Context, s *suite, o options, r *report, stderr io.Wri
 	if o.quick {
 		args = append(args, "--quick")
 	}
-	if len(o.dataCores) > 0 {
-		args = append(args, "--data-cores", o.dataCores.String())
-	}
 	var runs []procsRun
 	for _, p := range o.procs {
 		fmt.Fprintf(stderr, "vstellar-bench %s: GOMAXPROCS=%d\n", s.name, p)

@@ -93,17 +93,12 @@ type link struct {
 	wg     sync.WaitGroup
 }
 
-// newLink starts endpoints on hp's sockets with one connection, polling
-// if poll.
-func newLink(ctx context.Context, hp *hostPair, cfg transport.Config, paths int, poll bool) (*link, error) {
+// newLink starts endpoints on hp's sockets with one connection.
+func newLink(ctx context.Context, hp *hostPair, cfg transport.Config, paths int) (*link, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	l := &link{done: make(chan transport.Completion, 1<<12), cancel: cancel, socks: hp.socks}
-	var o endpoint.Options
-	if poll {
-		o.Poll = &endpoint.Polling{}
-	}
 	for i := range l.eps {
-		l.eps[i] = endpoint.NewWith(hp.socks[i], nil, o)
+		l.eps[i] = endpoint.New(hp.socks[i], nil)
 		c := cfg
 		c.LocalConn, c.RemoteConn = uint32(1+i), uint32(2-i)
 		c.LocalToken, c.RemoteToken = uint64(0x5eed+i), uint64(0x5eed+1-i)
@@ -221,7 +216,7 @@ func runWire(ctx context.Context, o options, r *report) error {
 		sizes, d, pings, qps, rounds = []int{1 << 20}, 100*time.Millisecond, 200, 4, 1
 	}
 	const paths = 4 // the core link's and the UDP baseline's source ports
-	vp, err := newVMPair(ctx, hostsim.PairOptions{Net: netlab.Options{Prefix: "vsbench", MTU: 9000}, DataCores: o.dataCores}, qps)
+	vp, err := newVMPair(ctx, hostsim.PairOptions{Net: netlab.Options{Prefix: "vsbench", MTU: 9000}}, qps)
 	if err != nil {
 		return err
 	}
@@ -258,7 +253,7 @@ func runWire(ctx context.Context, o options, r *report) error {
 		}
 		udpRTTs = append(udpRTTs, lat.RTTs...)
 
-		l, err := newLink(ctx, hp, transport.Config{Tenant: 1, MaxPayload: payload}, paths, len(o.dataCores) > 1)
+		l, err := newLink(ctx, hp, transport.Config{Tenant: 1, MaxPayload: payload}, paths)
 		if err != nil {
 			return err
 		}

@@ -60,7 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var(&pinBudget, "pin-budget", "`bytes` of guest memory all devices may keep pinned, with K, M, G or T (0: none for root, else RLIMIT_MEMLOCK)")
 	fs.Var(&devices, "device", "create a device `name`d so at start (repeatable)")
 	var dataCores daemon.CPUList
-	fs.Var(&dataCores, "data-cores", "poll the data path from these `CPUs` (a list like 2-5,8), one pinned thread each, the first the fabric endpoint's if several (default: a quarter of the CPUs, unpinned)")
+	fs.Var(&dataCores, "data-cores", "poll the data path from these `CPUs` (a list like 2-5,8), one pinned thread each (default: a quarter of the CPUs, unpinned)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := parse(fs, args, stderr); err != nil {
 		return o, err

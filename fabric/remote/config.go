@@ -9,7 +9,6 @@ import (
 
 	"github.com/vstellar/vstellar/transport"
 	"github.com/vstellar/vstellar/transport/cc"
-	"github.com/vstellar/vstellar/transport/endpoint"
 	"github.com/vstellar/vstellar/transport/pathsel"
 	"github.com/vstellar/vstellar/transport/udp"
 	"github.com/vstellar/vstellar/transport/wire"
@@ -77,11 +76,6 @@ type Config struct {
 	// are filled per connection; Path and CC must be nil (every
 	// connection gets its own policies).
 	Transport transport.Config
-	// Poll, if not nil, runs the endpoint's loop on a data-path thread
-	// of its own, busy-polling (endpoint.Polling); nil: it blocks in the
-	// socket read between rounds. vstellard sets it exactly when the
-	// engines' threads are dedicated (engine.Cores).
-	Poll *endpoint.Polling
 	// Log receives connection events; nil discards them.
 	Log *slog.Logger
 }

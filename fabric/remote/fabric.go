@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/vstellar/vstellar/fabric"
 	"github.com/vstellar/vstellar/hostnet"
@@ -100,7 +99,7 @@ func New(ctx context.Context, cfg Config) (*Fabric, error) {
 	if err != nil {
 		return nil, fmt.Errorf("remote: Listen %v: %w", cfg.Listen, err)
 	}
-	f := &Fabric{cfg: cfg, log: cfg.Log, local: fabric.NewLocal(), sock: sock, ep: endpoint.NewWith(sock, cfg.Log, endpoint.Options{Poll: cfg.Poll}), overhead: overhead(cfg.Listen),
+	f := &Fabric{cfg: cfg, log: cfg.Log, local: fabric.NewLocal(), sock: sock, ep: endpoint.New(sock, cfg.Log), overhead: overhead(cfg.Listen),
 		rtt: make([]latency.Recorder, cfg.Paths)}
 	regs := map[abi.GID]fabric.Responder{}
 	f.regs.Store(&regs)
@@ -113,14 +112,6 @@ func New(ctx context.Context, cfg Config) (*Fabric, error) {
 
 // Addr returns the bound address of path 0.
 func (f *Fabric) Addr() netip.AddrPort { return f.sock.LocalAddr(0) }
-
-// Poller reports whether the endpoint's loop polls from a thread of its
-// own (Config.Poll), the CPU it is pinned to (-1: none) and the time it
-// spent polling and working (endpoint.Endpoint.Busy).
-func (f *Fabric) Poller() (on bool, cpu int, busy time.Duration) {
-	on, cpu = f.ep.Polling()
-	return on, cpu, f.ep.Busy()
-}
 
 // MTU returns the host network MTU the fabric sizes its packets for
 // (Config.MTU, or the default it took).

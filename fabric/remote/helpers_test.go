@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/vstellar/vstellar/fabric/remote"
 	"github.com/vstellar/vstellar/guestmem"
 	"github.com/vstellar/vstellar/transport"
-	"github.com/vstellar/vstellar/transport/endpoint"
 	"github.com/vstellar/vstellar/virtio/abi"
 )
 
@@ -345,36 +343,16 @@ type host struct {
 type opts struct {
 	transport transport.Config
 	paths     int
-	poll      bool // the endpoint polls from a thread of its own
-}
-
-// bothModes runs f with the endpoint's loop blocking between rounds (the
-// default) and polling, with GOMAXPROCS at least 4: two processors
-// beside the two polling loops, as vstellard would grant them.
-func bothModes(t *testing.T, f func(t *testing.T, o opts)) {
-	t.Run("blocking", func(t *testing.T) { f(t, opts{}) })
-	t.Run("polling", func(t *testing.T) {
-		if p := runtime.GOMAXPROCS(0); p < 4 {
-			runtime.GOMAXPROCS(4)
-			t.Cleanup(func() { runtime.GOMAXPROCS(p) })
-		}
-		f(t, opts{poll: true})
-	})
 }
 
 func newHost(t testing.TB, prefix, gid string, o opts) *host {
 	t.Helper()
-	var poll *endpoint.Polling
-	if o.poll {
-		poll = &endpoint.Polling{}
-	}
 	f, err := remote.New(t.Context(), remote.Config{
 		Listen:    netip.MustParseAddrPort("127.0.0.1:0"),
 		GIDPrefix: netip.MustParsePrefix(prefix),
 		Secret:    secret,
 		Transport: o.transport,
 		Paths:     o.paths,
-		Poll:      poll,
 	})
 	if err != nil {
 		t.Fatal(err)

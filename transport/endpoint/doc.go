@@ -6,14 +6,6 @@
 // sends what the connections have to send in batches (consecutive
 // same-size datagrams go out as one UDP GSO send).
 //
-// Between rounds the loop blocks in the socket read, with a deadline at
-// the next timer, and is woken by moving that deadline; or, in polling
-// mode (Options.Poll, poll.go), it runs on an OS thread of its own and
-// polls the socket and its submissions without blocking, falling back to
-// the blocking read after a spin without work. Submissions reach it
-// through a bounded lock-free ring (ring.go) of many producers, the loop
-// consuming; a submitter wakes the loop only if it said it sleeps.
-//
 // A small message (at most 4 KiB) leaves from its submitter's
 // goroutine: Submit, finding the main lock free, posts it and sends it
 // itself (at most inlineMax datagrams, without waiting for socket buffer
@@ -26,15 +18,12 @@
 //     lock. Other goroutines reach a Conn through the Endpoint: Submit
 //     only tries the main lock (TryLock): with it, a small message and
 //     nothing queued for the connection, it posts and transmits inline;
-//     else it pushes the message to the ring and, if the loop sleeps,
-//     wakes it (a read deadline in the past interrupts a blocked read).
-//     A full ring sends the submission, and every later one until the
-//     loop has taken all pushed before, to a spill queue under a small
-//     lock: order is kept and nobody waits. SetLimits and StartSend
-//     always queue. So none of them waits for a Sink call the loop is
-//     in, nor for the socket: an inline send takes only what the socket
-//     accepts at once and leaves the rest to the loop. Post, Add, Remove
-//     and the stats take the main lock.
+//     else it appends to a queue under a small lock of its own and wakes
+//     the loop (a read deadline in the past interrupts a blocked read).
+//     SetLimits and StartSend always queue. So none of them waits for a
+//     Sink call the loop is in, nor for the socket: an inline send takes
+//     only what the socket accepts at once and leaves the rest to the
+//     loop. Post, Add, Remove and the stats take the main lock.
 //   - Every submitted message completes exactly once, in submission
 //     order per connection, through the connection's done callback: the
 //     connection's own completion, or StatusFlushed when the connection
@@ -44,14 +33,8 @@
 //     returns, the connection's Sink and done are never called again.
 //   - A datagram that does not parse, or names no connection, is dropped
 //     and counted; nothing else changes.
-//   - No allocation per packet or per submission in steady state:
-//     receive and send buffers, the ring and the queues are the
-//     Endpoint's own, reused.
-//   - A sleeping loop misses no submission: it declares itself asleep
-//     before it looks at the ring a last time, a submitter looks for
-//     that after its push (armDeadline has the argument). A polling
-//     loop blocks only after spinFor without work, so an idle Endpoint
-//     costs no CPU in either mode.
+//   - No allocation per packet in steady state: receive and send buffers
+//     are the Endpoint's own, reused.
 //   - Counters cost the loop nothing beyond an add under the lock it
 //     holds (an atomic add for the datagrams an inline send wrote,
 //     after it let go of the lock): the loop's own (Stats), each

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,11 +28,6 @@ const bufSize = udp.MaxDatagram
 // maxIdle bounds a blocked read when no timer is due, so a missed wake-up
 // costs at most this.
 const maxIdle = 10 * time.Millisecond
-
-// ringSize is the submissions the ring holds (see enqueue for what
-// happens beyond): a few rounds' worth, small enough that the slots in
-// use stay in cache.
-const ringSize = 256
 
 // Errors, wrapped with the connection id.
 var (
@@ -64,8 +58,7 @@ type Stats struct {
 	PayloadSent, PayloadReceived uint64
 }
 
-// sub is one queued submission: a message, new retry limits, or the
-// start of the connection's stream.
+// sub is one queued submission: a message, or new retry limits.
 type sub struct {
 	m               transport.Message
 	limits          bool
@@ -86,70 +79,38 @@ type entry struct {
 	comps  []transport.Completion // loop's: collected under mu, delivered under dmu
 	failed bool                   // under mu: seen failed by send
 
-	// Under mu: submissions taken from the ring (or the spill) and not
-	// yet handed to c, in order.
-	q       []sub
-	pending bool // in Endpoint.pending
-
-	// queued counts the submissions accepted and not yet handed to c or
-	// flushed, wherever they are (the ring, the spill, q): while it is
-	// not 0 a new message must queue behind them, not go inline. A
-	// submitter counts itself before it looks at closed, so Remove, which
-	// sets closed and then waits for queued to drain, flushes every
-	// submission it let in and no other gets in (see Remove).
-	queued atomic.Int64
-	closed atomic.Bool
-}
-
-// queuedSub is a submission on its way to the loop.
-type queuedSub struct {
-	en *entry
-	sub
+	// Under Endpoint.smu.
+	q       []sub // submissions not yet handed to c, in order
+	pending bool  // in Endpoint.pending
 }
 
 // Endpoint is connections sharing one udp.Conn.
 //
 // Locks, in the order they nest: mu (the connections: Handle, Transmit,
-// timers, Post, the per-connection queues), then smu (the spill,
-// wake-ups) or dmu (the delivery of completions). Submit only tries mu
-// and xmu (the inline send buffers, inline.go) and otherwise pushes to
-// the ring, taking smu only to spill past a full ring or to wake a
-// sleeping loop, briefly, so it never waits for the loop while the loop
-// is inside a Sink; the loop delivers completions holding dmu but not
-// mu, so a done callback may Submit. xmu is taken with a wait only by the
-// loop, holding nothing else.
+// timers, Post), then smu (the submission queues, wake-ups) or dmu (the
+// delivery of completions). Submit only tries mu and xmu (the inline
+// send buffers, inline.go) and otherwise takes only smu, briefly, so it
+// never waits for the loop while the loop is inside a Sink; the loop
+// delivers completions holding dmu but not mu, so a done callback may
+// Submit. xmu is taken with a wait only by the loop, holding nothing
+// else.
 type Endpoint struct {
 	sock  *udp.Conn
 	log   *slog.Logger
 	start time.Time
-	poll  *Polling // nil: Run blocks in the socket read (poll.go)
 
-	mu      sync.Mutex
-	conns   map[uint32]*entry
-	order   []*entry // iteration order, for fairness and determinism
-	st      Stats
-	gone    transport.Stats // the counters of removed connections, summed
-	kick    bool            // a connection failed in Transmit: collect its completions at once
-	pending []*entry        // entries with submissions in q
+	mu    sync.Mutex
+	conns map[uint32]*entry
+	order []*entry // iteration order, for fairness and determinism
+	st    Stats
+	gone  transport.Stats // the counters of removed connections, summed
+	kick  bool            // a connection failed in Transmit: collect its completions at once
 
-	// live is the connections Submit may queue for, replaced (under mu)
-	// by Add and Remove, so a submitter finds its connection with one
-	// load and no lock.
-	live atomic.Pointer[map[uint32]*entry]
-	// subs carries submissions to the loop, which takes them under mu.
-	subs ring[queuedSub]
-	// spilling: the ring was found full, and submissions go to spill
-	// until the loop has taken every one pushed before them (enqueue).
-	spilling atomic.Bool
-	// asleep: the loop is blocking, or about to, in its socket read; a
-	// submitter must wake it (armDeadline).
-	asleep atomic.Bool
-
-	smu       sync.Mutex
-	spill     []queuedSub  // submissions past a full ring, in order
-	spillMark uint64       // ring position every push before the spill's is below
-	woken     atomic.Bool  // written under smu: the loop is to look at its work at once
-	armed     atomic.Int64 // written under smu: the read deadline or next timer last set (Endpoint clock)
+	smu     sync.Mutex
+	live    map[uint32]*entry // the connections Submit may queue for
+	pending []*entry          // entries with queued submissions
+	woken   bool
+	armed   int64 // the read deadline last set (Endpoint clock)
 
 	dmu sync.Mutex
 
@@ -168,25 +129,14 @@ type Endpoint struct {
 	out   []udp.Message
 	obuf  [][]byte
 	pkt   wire.Packet
-	qs    queuedSub // a submission being moved from the ring
-	spun  spinState // polling mode's (poll.go)
 }
 
 // New creates an Endpoint on sock. Run drives it.
-func New(sock *udp.Conn, log *slog.Logger) *Endpoint { return NewWith(sock, log, Options{}) }
-
-// NewWith is New with options.
-func NewWith(sock *udp.Conn, log *slog.Logger, o Options) *Endpoint {
+func New(sock *udp.Conn, log *slog.Logger) *Endpoint {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Endpoint{sock: sock, log: log, start: time.Now(), conns: make(map[uint32]*entry)}
-	if o.Poll != nil {
-		p := *o.Poll
-		e.poll = &p
-	}
-	e.live.Store(&map[uint32]*entry{})
-	e.subs.init(ringSize)
+	e := &Endpoint{sock: sock, log: log, start: time.Now(), conns: make(map[uint32]*entry), live: make(map[uint32]*entry)}
 	e.in = make([]udp.Message, batch)
 	for i := range e.in {
 		e.in[i].Buf = make([]byte, bufSize)
@@ -226,29 +176,11 @@ func (e *Endpoint) Add(id uint32, c *transport.Conn, peer netip.AddrPort, paths 
 	en := &entry{id: id, c: c, peer: peer, paths: paths, done: done}
 	e.conns[id] = en
 	e.order = append(e.order, en)
-	e.setLive(id, en)
 	e.smu.Lock()
+	e.live[id] = en
 	e.wake()
 	e.smu.Unlock()
 	return nil
-}
-
-// setLive replaces live with a copy in which id is en, or is gone if en
-// is nil. Called with mu. A copy per Add and Remove is what keeps the
-// submitters' lookup free of locks; connections come and go far less
-// often than messages.
-func (e *Endpoint) setLive(id uint32, en *entry) {
-	old := *e.live.Load()
-	m := make(map[uint32]*entry, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	if en != nil {
-		m[id] = en
-	} else {
-		delete(m, id)
-	}
-	e.live.Store(&m)
 }
 
 // Remove closes connection id (transport.Conn.Close: every message
@@ -266,36 +198,17 @@ func (e *Endpoint) Remove(id uint32) (ok bool) {
 		e.mu.Unlock()
 		return false
 	}
-	en.closed.Store(true)
-	e.setLive(id, nil)
 	en.c.Close()
 	comps := en.c.Completions(nil)
-	// Flush every submission let in, after what was posted: those the
-	// loop took already (q) first, then those still in the ring or the
-	// spill. A submitter counted in queued but not yet pushed finishes
-	// without waiting for anything held here (it takes no lock but smu,
-	// which collect does not keep), so the wait is short.
-	for {
-		e.collect()
-		for _, s := range en.q {
-			if !s.limits && !s.start {
-				comps = append(comps, transport.Completion{Token: s.m.Token, Status: transport.StatusFlushed})
-			}
+	e.smu.Lock()
+	delete(e.live, id)
+	for _, s := range en.q {
+		if !s.limits && !s.start {
+			comps = append(comps, transport.Completion{Token: s.m.Token, Status: transport.StatusFlushed})
 		}
-		en.queued.Add(-int64(len(en.q)))
-		en.q = nil
-		if en.queued.Load() == 0 {
-			break
-		}
-		runtime.Gosched()
 	}
-	if len(e.pending) > 0 {
-		// collect may have taken other connections' submissions off the
-		// ring: the loop must see them.
-		e.smu.Lock()
-		e.wake()
-		e.smu.Unlock()
-	}
+	en.q = nil
+	e.smu.Unlock()
 	delete(e.conns, id)
 	e.order = slices.DeleteFunc(e.order, func(x *entry) bool { return x == en })
 	// Closed, the connection counts nothing more: its counters join
@@ -355,41 +268,19 @@ func (e *Endpoint) StartSend(id uint32, psn uint32, token uint64) error {
 	return e.enqueue(id, sub{start: true, psn: psn, token: token})
 }
 
-// enqueue hands s to the loop through the ring, and wakes the loop only
-// if it sleeps. A full ring must not reorder a connection's submissions,
-// nor make the submitter wait (it may be the loop itself, in a done
-// callback): the submission goes to the spill, a queue under smu, and so
-// does every one after it until the loop has taken the spill, which it
-// does only once it has taken every push claimed before the spill's last
-// (spillMark). So whatever a submitter pushed before it spilled reaches
-// the loop first; a push claimed after that comes from a submitter that
-// saw spilling clear before any of the spill's began, so nothing orders
-// it after them.
 func (e *Endpoint) enqueue(id uint32, s sub) error {
-	en := (*e.live.Load())[id]
-	if en == nil {
-		return fmt.Errorf("endpoint: connection %d: %w", id, ErrNoConn)
-	}
-	en.queued.Add(1)
-	if en.closed.Load() {
-		en.queued.Add(-1)
-		return fmt.Errorf("endpoint: connection %d: %w", id, ErrNoConn)
-	}
-	q := queuedSub{en: en, sub: s}
-	if !e.spilling.Load() && e.subs.push(&q) {
-		if e.asleep.Load() {
-			e.smu.Lock()
-			e.wake()
-			e.smu.Unlock()
-		}
-		return nil
-	}
 	e.smu.Lock()
-	e.spill = append(e.spill, q)
-	e.spilling.Store(true)
-	e.spillMark = e.subs.claimed()
+	defer e.smu.Unlock()
+	en, ok := e.live[id]
+	if !ok {
+		return fmt.Errorf("endpoint: connection %d: %w", id, ErrNoConn)
+	}
+	en.q = append(en.q, s)
+	if !en.pending {
+		en.pending = true
+		e.pending = append(e.pending, en)
+	}
 	e.wake()
-	e.smu.Unlock()
 	return nil
 }
 
@@ -482,60 +373,35 @@ func addStats(t *transport.Stats, s transport.Stats) {
 	t.BusyNaksReceived += s.BusyNaksReceived
 }
 
-// wake interrupts a blocked read, and tells a polling loop to look
-// (poll.go). Called with smu.
+// wake interrupts a blocked read. Called with smu.
 func (e *Endpoint) wake() {
-	if !e.woken.Load() {
-		e.woken.Store(true)
+	if !e.woken {
+		e.woken = true
 		e.sock.SetReadDeadline(time.Unix(1, 0))
 	}
 }
 
-// Run drives the connections until ctx ends or the socket fails. With
-// Polling set it runs them from an OS thread of its own (poll.go).
+// Run drives the connections until ctx ends or the socket fails.
 func (e *Endpoint) Run(ctx context.Context) error {
-	if e.poll != nil {
-		return e.runPolling(ctx)
-	}
-	return e.run(ctx)
-}
-
-func (e *Endpoint) run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { e.sock.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	n := 0
 	for ctx.Err() == nil {
 		// A wake-up from here on must interrupt the read below: clear
-		// the flags before looking at the queues.
+		// the flag before looking at the queues.
 		e.smu.Lock()
-		e.woken.Store(false)
-		e.asleep.Store(false)
+		e.woken = false
 		e.smu.Unlock()
 		e.process(n)
 		if err := e.send(); err != nil {
 			return err
 		}
-		if e.poll != nil {
-			var err error
-			if n, err = e.spin(ctx); err != nil {
-				return err
-			}
-			if n >= 0 {
-				continue
-			}
-			e.spun.sleep()
-		}
-		e.armDeadline(true)
+		e.armDeadline()
 		if ctx.Err() != nil {
 			break
 		}
 		var err error
 		n, err = e.sock.ReadBatch(e.in)
-		if e.poll != nil {
-			// Spin on only if woken for work: a timer alone (the idle
-			// deadline, most often) is not worth a spin.
-			e.spun.wake(e.Now(), n > 0 || e.woken.Load())
-		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			if ctx.Err() != nil {
 				break
@@ -546,21 +412,12 @@ func (e *Endpoint) run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// armDeadline sets armed to the next timer (at most maxIdle away), or to
-// now if a wake-up came since the loop last looked, and with block makes
-// it the read deadline and declares the loop asleep. Under mu, so an
-// inline send's earlier timer (sendInline) is either seen here or
-// brought forward after; and under smu, so a wake-up either sees the
+// armDeadline sets the read deadline to the next timer (at most maxIdle
+// away), or to now if a wake-up came since the loop last looked. Under
+// mu, so an inline send's earlier timer (sendInline) is either seen here
+// or brought forward after; and under smu, so a Submit either sees the
 // deadline set and overrides it, or left woken for this to see.
-//
-// The lost wake-up: a submitter pushes to the ring and then loads
-// asleep; the loop stores asleep and then looks at the ring. The atomics
-// are sequentially consistent, so one of the two sees the other's store:
-// the submitter sees asleep and wakes the loop, or the loop sees the
-// submission here and does not sleep. A submission still being pushed
-// (its slot claimed, not published) is the first case: its submitter
-// loads asleep after publishing. The spill is covered by smu, held here.
-func (e *Endpoint) armDeadline(block bool) {
+func (e *Endpoint) armDeadline() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.Now()
@@ -575,19 +432,11 @@ func (e *Endpoint) armDeadline(block bool) {
 	}
 	e.smu.Lock()
 	defer e.smu.Unlock()
-	if block {
-		e.asleep.Store(true)
-		if e.subs.ready() || e.spilling.Load() {
-			e.woken.Store(true) // a wake-up from now on has nothing to do
-		}
-	}
-	if e.woken.Load() {
+	if e.woken {
 		at = now
 	}
-	e.armed.Store(at)
-	if block {
-		e.sock.SetReadDeadline(e.start.Add(time.Duration(max(at, now))))
-	}
+	e.armed = at
+	e.sock.SetReadDeadline(e.start.Add(time.Duration(max(at, now))))
 }
 
 // process hands n received datagrams to their connections, runs due
@@ -655,7 +504,8 @@ func (e *Endpoint) process(n int) {
 // Called with mu, after the connections' own completions were collected
 // (a refused message completes after everything posted before it).
 func (e *Endpoint) drain() {
-	e.collect()
+	e.smu.Lock()
+	defer e.smu.Unlock()
 	if len(e.pending) == 0 {
 		return
 	}
@@ -673,9 +523,6 @@ func (e *Endpoint) drain() {
 				break
 			}
 		}
-		if i > 0 {
-			en.queued.Add(-int64(i))
-		}
 		n := copy(en.q, en.q[i:])
 		clear(en.q[n:])
 		en.q = en.q[:n]
@@ -687,46 +534,6 @@ func (e *Endpoint) drain() {
 		}
 	}
 	clear(e.work)
-}
-
-// collect takes the submissions off the ring into their connections'
-// queues, and the spill once every push claimed before it is taken
-// (enqueue says why). Called with mu.
-func (e *Endpoint) collect() {
-	e.popRing()
-	if !e.spilling.Load() {
-		return
-	}
-	e.smu.Lock()
-	defer e.smu.Unlock()
-	e.popRing()
-	if e.subs.head() < e.spillMark {
-		return // a push before the spill is not published yet
-	}
-	for i := range e.spill {
-		e.queue(&e.spill[i])
-	}
-	clear(e.spill)
-	e.spill = e.spill[:0]
-	e.spilling.Store(false)
-}
-
-// popRing moves what the ring holds into the connections' queues.
-func (e *Endpoint) popRing() {
-	for e.subs.pop(&e.qs) {
-		e.queue(&e.qs)
-	}
-	e.qs = queuedSub{}
-}
-
-// queue appends q to its connection's queue. Called with mu.
-func (e *Endpoint) queue(q *queuedSub) {
-	en := q.en
-	en.q = append(en.q, q.sub)
-	if !en.pending {
-		en.pending = true
-		e.pending = append(e.pending, en)
-	}
 }
 
 // post hands one submission to its connection; false: the connection is

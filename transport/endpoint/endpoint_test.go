@@ -46,9 +46,7 @@ func (s *memSink) Commit(*transport.Inbound) wire.NAK {
 // TestTwoEndpoints: two endpoints on loopback, two connections between
 // them, WRITEs both ways on both: every one completes once, and the
 // bytes land.
-func TestTwoEndpoints(t *testing.T) { endpoint.BothModes(t, testTwoEndpoints) }
-
-func testTwoEndpoints(t *testing.T, o endpoint.Options) {
+func TestTwoEndpoints(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var eps [2]*endpoint.Endpoint
@@ -63,7 +61,7 @@ func testTwoEndpoints(t *testing.T, o endpoint.Options) {
 		}
 		defer s.Close()
 		socks[i] = s
-		eps[i] = endpoint.NewWith(s, nil, o)
+		eps[i] = endpoint.New(s, nil)
 	}
 	const conns, msgs, size = 2, 300, 50000
 	sinks := make(map[[2]uint32]*memSink)

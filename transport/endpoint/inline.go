@@ -40,7 +40,10 @@ func (e *Endpoint) submitInline(id uint32, m transport.Message) error {
 		e.mu.Unlock()
 		return fmt.Errorf("endpoint: connection %d: %w", id, ErrNoConn)
 	}
-	if en.queued.Load() == 0 { // else posting m now would overtake them
+	e.smu.Lock()
+	queued := len(en.q) > 0 // posting m now would overtake them
+	e.smu.Unlock()
+	if !queued {
 		if _, err := en.c.Post(m); err == nil {
 			e.sendInline(en)
 			return nil
@@ -106,8 +109,8 @@ func (e *Endpoint) sendInline(en *entry) {
 	switch {
 	case more:
 		e.wake()
-	case timed && !e.woken.Load() && at < e.armed.Load():
-		e.armed.Store(at)
+	case timed && !e.woken && at < e.armed:
+		e.armed = at
 		e.sock.SetReadDeadline(e.start.Add(time.Duration(max(at, now))))
 	}
 	e.smu.Unlock()

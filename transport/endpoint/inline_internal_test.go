@@ -42,7 +42,10 @@ func runIdle(t *testing.T, e *Endpoint) func() {
 	stop := func() { cancel(); <-done }
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if e.armed.Load() > 0 {
+		e.smu.Lock()
+		armed := e.armed
+		e.smu.Unlock()
+		if armed > 0 {
 			return stop
 		}
 		if time.Now().After(deadline) {
@@ -57,11 +60,9 @@ func runIdle(t *testing.T, e *Endpoint) func() {
 // no timer is due; a message sent inline starts its connection's RTO, so
 // the inline send moves the loop's deadline to it (else a lost packet
 // would wait for the idle deadline, not the RTO).
-func TestInlineSendBringsTimerForward(t *testing.T) { BothModes(t, testInlineSendBringsTimerForward) }
-
-func testInlineSendBringsTimerForward(t *testing.T, o Options) {
+func TestInlineSendBringsTimerForward(t *testing.T) {
 	sock, peer := listenLo(t), listenLo(t) // nobody answers at peer
-	e := NewWith(sock, nil, o)
+	e := New(sock, nil)
 	c, err := transport.NewConn(transport.Config{Tenant: 1, LocalConn: 1, LocalToken: 11, RemoteConn: 2, RemoteToken: 22,
 		MaxPayload: 1024, RTOInit: 300 * time.Microsecond, RTOMin: 300 * time.Microsecond}, nopSink{})
 	if err != nil {
@@ -82,7 +83,9 @@ func testInlineSendBringsTimerForward(t *testing.T, o Options) {
 	if n := e.xsent.Load(); n != 1 {
 		t.Fatalf("%d datagrams sent inline, want 1", n)
 	}
-	armed := e.armed.Load()
+	e.smu.Lock()
+	armed := e.armed
+	e.smu.Unlock()
 	// Unless the RTO has already fired and the loop re-armed for the
 	// backed-off one (a loaded machine, as above): then the loop did wake
 	// for the send, which is the point.
@@ -107,11 +110,9 @@ func testInlineSendBringsTimerForward(t *testing.T, o Options) {
 // TestLoopSendsInlineLeftovers: datagrams an inline send could not write
 // at once (the socket would have made it wait) are the loop's: it sends
 // them, and inline sending resumes after.
-func TestLoopSendsInlineLeftovers(t *testing.T) { BothModes(t, testLoopSendsInlineLeftovers) }
-
-func testLoopSendsInlineLeftovers(t *testing.T, o Options) {
+func TestLoopSendsInlineLeftovers(t *testing.T) {
 	sock, peer := listenLo(t), listenLo(t)
-	e := NewWith(sock, nil, o)
+	e := New(sock, nil)
 	// Two datagrams left by an inline send that wrote one of three.
 	e.xmu.Lock()
 	for i := range 3 {

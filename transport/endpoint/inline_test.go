@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/vstellar/vstellar/transport"
-	"github.com/vstellar/vstellar/transport/endpoint"
 	"github.com/vstellar/vstellar/transport/wire"
 )
 
@@ -15,10 +14,8 @@ import (
 // running at all, the peer still receives and commits it. A large one is
 // the loop's to send; once the loop runs both complete OK, in order,
 // with the right bytes at the peer.
-func TestSubmitSendsInline(t *testing.T) { endpoint.BothModes(t, testSubmitSendsInline) }
-
-func testSubmitSendsInline(t *testing.T, o endpoint.Options) {
-	a, b := newHost(t, o), newHost(t, o)
+func TestSubmitSendsInline(t *testing.T) {
+	a, b := newHost(t), newHost(t)
 	sink := &memSink{mem: make([]byte, 1<<20)}
 	col := newCollector()
 	connect(t, a, b, &memSink{}, sink, col.done, nil)
@@ -64,10 +61,8 @@ func testSubmitSendsInline(t *testing.T, o endpoint.Options) {
 // TestPostLeavesSendingToLoop: Post, whose callers wait for the
 // completion themselves, hands the sending to the loop: with the loop not
 // running, nothing leaves; once it runs the message completes.
-func TestPostLeavesSendingToLoop(t *testing.T) { endpoint.BothModes(t, testPostLeavesSendingToLoop) }
-
-func testPostLeavesSendingToLoop(t *testing.T, o endpoint.Options) {
-	a, b := newHost(t, o), newHost(t, o)
+func TestPostLeavesSendingToLoop(t *testing.T) {
+	a, b := newHost(t), newHost(t)
 	sink := &memSink{mem: make([]byte, 4096)}
 	col := newCollector()
 	connect(t, a, b, &memSink{}, sink, col.done, nil)

@@ -24,13 +24,13 @@ type host struct {
 	done   chan struct{}
 }
 
-func newHost(t *testing.T, o endpoint.Options) *host {
+func newHost(t *testing.T) *host {
 	t.Helper()
 	s, err := udp.Listen(context.Background(), udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), RecvBuffer: 4 << 20, SendBuffer: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &host{sock: s, ep: endpoint.NewWith(s, nil, o)}
+	h := &host{sock: s, ep: endpoint.New(s, nil)}
 	t.Cleanup(func() { h.stop(); s.Close() })
 	return h
 }
@@ -129,10 +129,8 @@ func checkInOrder(t *testing.T, comps []transport.Completion, n int, want transp
 // submitted while the peer is not running; they wait in the queue, in
 // order, and all complete OK in order once the peer runs, each landing
 // at its place.
-func TestSubmitQueuesWhenFull(t *testing.T) { endpoint.BothModes(t, testSubmitQueuesWhenFull) }
-
-func testSubmitQueuesWhenFull(t *testing.T, o endpoint.Options) {
-	a, b := newHost(t, o), newHost(t, o)
+func TestSubmitQueuesWhenFull(t *testing.T) {
+	a, b := newHost(t), newHost(t)
 	const msgs, size = 3000, 1000 // well over the 1024 a Conn holds
 	sink := &memSink{mem: make([]byte, msgs*size)}
 	col := newCollector()
@@ -161,10 +159,8 @@ func testSubmitQueuesWhenFull(t *testing.T, o endpoint.Options) {
 // TestRemoveFlushes: Remove completes every message, posted or still
 // queued, StatusFlushed and in order before it returns; later Submits
 // fail with ErrNoConn.
-func TestRemoveFlushes(t *testing.T) { endpoint.BothModes(t, testRemoveFlushes) }
-
-func testRemoveFlushes(t *testing.T, o endpoint.Options) {
-	a, b := newHost(t, o), newHost(t, o)
+func TestRemoveFlushes(t *testing.T) {
+	a, b := newHost(t), newHost(t)
 	col := newCollector()
 	connect(t, a, b, &memSink{}, &memSink{mem: make([]byte, 1<<20)}, col.done, nil)
 	a.run() // b never runs: nothing is acknowledged
@@ -229,10 +225,8 @@ func (s *blockSink) Commit(m *transport.Inbound) wire.NAK { s.note(); return s.m
 // TestRemoveWaitsForSink: Remove waits for a Sink call in progress, and
 // after it returns the Sink is never called again though the peer keeps
 // sending.
-func TestRemoveWaitsForSink(t *testing.T) { endpoint.BothModes(t, testRemoveWaitsForSink) }
-
-func testRemoveWaitsForSink(t *testing.T, o endpoint.Options) {
-	a, b := newHost(t, o), newHost(t, o)
+func TestRemoveWaitsForSink(t *testing.T) {
+	a, b := newHost(t), newHost(t)
 	sink := &blockSink{memSink: memSink{mem: make([]byte, 1<<20)}, hold: make(chan struct{}), in: make(chan struct{}, 1)}
 	col := newCollector()
 	connect(t, a, b, &memSink{}, sink, col.done, nil)
@@ -285,10 +279,8 @@ func testRemoveWaitsForSink(t *testing.T, o endpoint.Options) {
 // TestSubmitConcurrent: several goroutines submit on several
 // connections while the loops run; every message completes once, OK,
 // and each goroutine's messages complete in its order.
-func TestSubmitConcurrent(t *testing.T) { endpoint.BothModes(t, testSubmitConcurrent) }
-
-func testSubmitConcurrent(t *testing.T, o endpoint.Options) {
-	a, b := newHost(t, o), newHost(t, o)
+func TestSubmitConcurrent(t *testing.T) {
+	a, b := newHost(t), newHost(t)
 	const conns, workers, msgs, size = 3, 4, 400, 512
 	type key struct{ conn, worker int }
 	var mu sync.Mutex
@@ -376,11 +368,7 @@ func (badSrc) ReadAt([]byte, uint64) bool { return false }
 // malformed message completes StatusLocal after what came before it;
 // messages after either are flushed.
 func TestFailedSourceAndBadMessage(t *testing.T) {
-	endpoint.BothModes(t, testFailedSourceAndBadMessage)
-}
-
-func testFailedSourceAndBadMessage(t *testing.T, o endpoint.Options) {
-	a, b := newHost(t, o), newHost(t, o)
+	a, b := newHost(t), newHost(t)
 	col := newCollector()
 	connect(t, a, b, &memSink{}, &memSink{mem: make([]byte, 1<<16)}, col.done, nil)
 	a.run()
@@ -417,10 +405,8 @@ func testFailedSourceAndBadMessage(t *testing.T, o endpoint.Options) {
 // TestSetLimits: limits are checked, queued in order and applied: with
 // a retry limit of 1 and a silent peer the message fails quickly with
 // RETRY_EXCEEDED.
-func TestSetLimits(t *testing.T) { endpoint.BothModes(t, testSetLimits) }
-
-func testSetLimits(t *testing.T, o endpoint.Options) {
-	a, b := newHost(t, o), newHost(t, o)
+func TestSetLimits(t *testing.T) {
+	a, b := newHost(t), newHost(t)
 	if err := a.ep.SetLimits(1, 1, 1); !errors.Is(err, endpoint.ErrNoConn) {
 		t.Fatalf("SetLimits on no connection: %v", err)
 	}
@@ -450,10 +436,8 @@ func testSetLimits(t *testing.T, o endpoint.Options) {
 // broadcast address, without SO_BROADCAST) are counted and dropped; that
 // connection fails after its retries, and another connection's traffic
 // goes on.
-func TestSendErrorIsolated(t *testing.T) { endpoint.BothModes(t, testSendErrorIsolated) }
-
-func testSendErrorIsolated(t *testing.T, o endpoint.Options) {
-	a, b := newHost(t, o), newHost(t, o)
+func TestSendErrorIsolated(t *testing.T) {
+	a, b := newHost(t), newHost(t)
 	good := newCollector()
 	connect(t, a, b, &memSink{}, &memSink{mem: make([]byte, 1<<16)}, good.done, nil)
 	bad := newCollector()

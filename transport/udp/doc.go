@@ -22,10 +22,10 @@
 //   - A datagram is delivered whole or not at all: one longer than the
 //     caller's buffer is dropped and counted (Stats.Truncated), never cut.
 //     GRO never changes datagram boundaries as the caller sees them.
-//   - ReadBatch, TryReadBatch, WriteBatch and TryWriteBatch allocate
-//     nothing in steady state: all system-call scratch space (headers,
-//     iovecs, addresses, control messages, GRO buffers) is allocated at
-//     Listen, and peer addresses are netip.AddrPort values.
+//   - ReadBatch, WriteBatch and TryWriteBatch allocate nothing in steady
+//     state: all system-call scratch space (headers, iovecs, addresses,
+//     control messages, GRO buffers) is allocated at Listen, and peer
+//     addresses are netip.AddrPort values.
 //   - The Conn keeps no reference to a caller's buffer after a call.
 //   - WriteBatch sends a prefix of its messages, in order, and says how
 //     many; a message it cannot send (bad path, destination of the other

@@ -34,7 +34,6 @@ type reader struct {
 	mu   sync.Mutex
 	c    *Conn
 	fn   func(uintptr) bool // c.attempt as a value, built once
-	try  func(uintptr)      // c.tryOnce, likewise (TryReadBatch)
 	hdrs []unix.Mmsghdr
 	iovs []unix.Iovec
 	sas  []rawSockaddr
@@ -56,7 +55,6 @@ type reader struct {
 func (r *reader) init(c *Conn, maxBatch, paths int) {
 	r.c = c
 	r.fn = r.attempt
-	r.try = r.tryOnce
 	r.hdrs = make([]unix.Mmsghdr, maxBatch)
 	r.iovs = make([]unix.Iovec, maxBatch)
 	r.sas = make([]rawSockaddr, maxBatch)
@@ -110,40 +108,6 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	}
 	return 0, nil
 }
-
-// TryReadBatch is ReadBatch for a caller that polls: it receives what
-// has already arrived, at most len(msgs) datagrams, and returns 0, nil
-// at once if nothing has. It ignores the read deadline (a poller has no
-// use for one, and a deadline left in the past by a wake-up must not
-// make it fail), and waits only while another ReadBatch holds the
-// reader.
-func (c *Conn) TryReadBatch(msgs []Message) (int, error) {
-	if len(msgs) == 0 {
-		return 0, nil
-	}
-	r := &c.rd
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(msgs) > len(r.hdrs) {
-		msgs = msgs[:len(r.hdrs)]
-	}
-	r.msgs, r.n, r.err = msgs, 0, nil
-	// Control, not Read: it holds the poll fd open (Close waits for it,
-	// as for a read attempt) without the deadline check and the park.
-	err := c.pollRaw.Control(r.try)
-	n, rerr := r.n, r.err
-	r.msgs = nil
-	if err != nil {
-		return 0, c.mapErr(fmt.Errorf("udp: read: %w", err))
-	}
-	if n == 0 && rerr != nil {
-		return 0, c.mapErr(fmt.Errorf("udp: read: %w", rerr))
-	}
-	return n, nil
-}
-
-// tryOnce is TryReadBatch's attempt.
-func (r *reader) tryOnce(uintptr) { r.n, r.err = r.tryRead(r.msgs) }
 
 // attempt is one non-blocking try at filling r.msgs. It returns false to
 // make the runtime park the reader until the poll fd is readable again,

@@ -84,7 +84,7 @@ func NewCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
 		mtu = 1500 // LeafSpine's default
 	}
 	tmpl := daemon.FabricSpec{MTU: mtu, Paths: o.Paths, Recovery: o.Recovery, Spray: o.Spray, CC: o.CC}
-	if err := c.group.start(ctx, nets, tmpl, nil, o.Log); err != nil {
+	if err := c.group.start(ctx, nets, tmpl, o.Log); err != nil {
 		return nil, err
 	}
 	c.Hosts = c.group.hosts
@@ -148,7 +148,7 @@ type hostGroup struct {
 // host i owns hostPrefix(i) and listens at nets[i].addr; the others are
 // its peers; tmpl gives the rest of its FabricSpec. On error what was
 // started stays in g for close.
-func (g *hostGroup) start(ctx context.Context, nets []hostNet, tmpl daemon.FabricSpec, cores daemon.CPUList, log *slog.Logger) error {
+func (g *hostGroup) start(ctx context.Context, nets []hostNet, tmpl daemon.FabricSpec, log *slog.Logger) error {
 	f, err := os.CreateTemp("", "vstellar-fabric-*.key")
 	if err != nil {
 		return fmt.Errorf("hostsim: fabric secret: %w", err)
@@ -177,7 +177,7 @@ func (g *hostGroup) start(ctx context.Context, nets []hostNet, tmpl daemon.Fabri
 				hlog = hlog.With("netns", n.name)
 			}
 		}
-		h, err := New(ctx, Options{Log: hlog, Fabric: &spec, ListenIn: n.listenIn, DataCores: cores})
+		h, err := New(ctx, Options{Log: hlog, Fabric: &spec, ListenIn: n.listenIn})
 		if err != nil {
 			return fmt.Errorf("hostsim: host %d: %w", i+1, err)
 		}

@@ -28,11 +28,7 @@ type PairOptions struct {
 	// two network namespaces; NewPair falls back to it by itself when
 	// namespaces cannot be made (not root).
 	Loopback bool
-	// DataCores are each host's daemon.Config.DataCores (empty: the
-	// default threads). Both hosts share the machine, so they share the
-	// CPUs too.
-	DataCores daemon.CPUList
-	Log       *slog.Logger
+	Log      *slog.Logger
 }
 
 // Pair is two hosts, each an in-process vstellard with its own
@@ -95,7 +91,7 @@ func NewPair(ctx context.Context, o PairOptions) (_ *Pair, err error) {
 	if o.Net.MTU > 0 && !o.Loopback {
 		mtu = o.Net.MTU
 	}
-	err = p.group.start(ctx, nets, daemon.FabricSpec{MTU: mtu, Recovery: o.Recovery}, o.DataCores, o.Log)
+	err = p.group.start(ctx, nets, daemon.FabricSpec{MTU: mtu, Recovery: o.Recovery}, o.Log)
 	copy(p.Hosts[:], p.group.hosts)
 	if err != nil {
 		return nil, err
