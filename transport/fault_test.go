@@ -172,8 +172,10 @@ func TestReplayedRNRNakUsesNoRetry(t *testing.T) {
 	}
 }
 
-func replayRNRNak(t *testing.T, retries int) {
-	a, b := newPair(t, transport.Config{Tenant: 7, MaxPayload: 1024, RNRRetry: retries})
+// sendUnready posts a 1000-byte SEND on a pair whose receiver has no
+// receive WQE: its first transmission is refused with an RNR NAK.
+func sendUnready(t *testing.T, rnrRetry int) (a, b *side) {
+	a, b = newPair(t, transport.Config{Tenant: 7, MaxPayload: 1024, RNRRetry: rnrRetry})
 	data := make([]byte, 1000)
 	msn, err := a.ep.c.Post(transport.Message{Op: wire.OpSend, Len: uint32(len(data)), Src: bytesSrc(data), Token: 1000})
 	if err != nil {
@@ -182,6 +184,11 @@ func replayRNRNak(t *testing.T, retries int) {
 	a.sent[msn] = posted{op: wire.OpSend, data: data, token: 1000}
 	a.nextMSN, a.posts = 1, 1
 	b.sink.posted = 0
+	return a, b
+}
+
+func replayRNRNak(t *testing.T, retries int) {
+	a, b := sendUnready(t, retries)
 	deliver(b, 10*us, drain(a, 0)...)
 	nak := drain(b, 10*us)
 	deliver(a, 20*us, nak...)
@@ -221,15 +228,7 @@ func replayRNRNak(t *testing.T, retries int) {
 // for one its wait already answered, ignores it and, its SEND never
 // acknowledged, spends transport retries instead of an RNR retry.
 func TestRNRNakEchoesTheRefusedPacket(t *testing.T) {
-	a, b := newPair(t, transport.Config{Tenant: 7, MaxPayload: 1024, RNRRetry: 7})
-	data := make([]byte, 1000)
-	msn, err := a.ep.c.Post(transport.Message{Op: wire.OpSend, Len: uint32(len(data)), Src: bytesSrc(data), Token: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.sent[msn] = posted{op: wire.OpSend, data: data, token: 1000}
-	a.nextMSN, a.posts = 1, 1
-	b.sink.posted = 0
+	a, b := sendUnready(t, 7)
 	first := drain(a, 0)
 	deliver(b, 10*us, first...)
 	deliver(a, 20*us, drain(b, 10*us)...)
